@@ -1,0 +1,55 @@
+"""`kb ingest PATH...`: curated documents and raw articles (text, markdown, HTML; zh or en) into records."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from kb.commands._common import open_kb, print_json, table
+
+
+def register(sub) -> None:
+    p = sub.add_parser("ingest", help="parse documents into records (idempotent)")
+    p.add_argument("paths", nargs="+", help="files or folders")
+    p.add_argument("--allow-duplicate", action="store_true", help="add even when a near-duplicate exists")
+    p.add_argument("--no-index", action="store_true", help="do not rebuild the index afterwards")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def _expand(paths: list[str]) -> list[Path]:
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out += sorted(x for x in p.rglob("*") if x.is_file() and x.suffix.lower() in
+                          {".md", ".txt", ".html", ".htm", ".markdown"})
+        else:
+            out.append(p)
+    return out
+
+
+def run(args) -> int:
+    kb = open_kb(args)
+    files = _expand(args.paths)
+    bar = None
+    if kb.progress and len(files) > 1:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(files), desc="ingesting", unit="doc", file=sys.stderr)
+    outcomes = kb.ingest(files, allow_duplicate=args.allow_duplicate,
+                         on_result=(lambda _o: bar.update(1)) if bar else None)
+    if bar:
+        bar.close()
+    if not args.no_index and any(o.status in {"created", "updated"} for o in outcomes):
+        kb.build_index()
+    if args.json:
+        print_json([o.model_dump() for o in outcomes])
+    elif not args.quiet:
+        print(table(["path", "id", "status", "category"],
+                    [[o.path, o.id, o.status, o.category] for o in outcomes]))
+        for o in outcomes:
+            for w in o.warnings:
+                print(f"warning: {o.path}: {w}")
+            if o.error:
+                print(f"error: {o.path}: {o.error}", file=sys.stderr)
+    return 2 if any(o.status == "error" for o in outcomes) else 0

@@ -1,0 +1,377 @@
+"""KnowledgeBase: the library entry point — open, index, ask, search, diagnose, ingest, list, stats."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from kb import paths
+from kb.documents import load_incidents
+from kb.embed import get_embedder, model_name_from_env
+from kb.errors import InputError, NotFound
+from kb.index import bundle as index_bundle
+from kb.records import Incident
+from kb.store import RecordStore, record_sha
+from kb.tokenize import detect_lang, tokenize
+
+# Fusion: reciprocal-rank fusion of dense and BM25 rankings. Dense carries cross-language paraphrases,
+# BM25 carries exact identifiers; BM25 at a lower weight kept cross-language recall (README table).
+RRF_K = 10.0
+W_DENSE = 1.0
+W_BM25 = 0.6
+# Abstain in `ask` when neither signal is convincing (calibrated in README, "Abstention").
+MIN_DENSE = 0.35
+MIN_BM25_TERMS = 2
+GENERIC_TERMS = frozenset("loss nan inf training train 训练 损失 model 模型 error issue 问题 0.0".split())
+
+
+class SearchHit(BaseModel):
+    id: str
+    score: float  # fused, in [0, 1]
+    bm25: float
+    dense: float
+    bm25_rank: int | None = None
+    dense_rank: int | None = None
+    matched_terms: list[str] = Field(default_factory=list)
+    incident: Incident
+
+
+class AskResultItem(BaseModel):
+    id: str
+    title: str
+    category: str
+    framework: str
+    algorithm: str
+    score: float
+    evidence: list[str]
+    fix: str
+    sources: list[str]
+    repro: str = ""
+
+
+class AskResult(BaseModel):
+    query: str
+    lang: str
+    results: list[AskResultItem]
+    abstained: bool = False
+    reason: str = ""
+
+
+class IngestOutcome(BaseModel):
+    path: str
+    id: str = ""
+    status: str  # created | updated | unchanged | duplicate | error
+    origin: str = ""
+    category: str = ""
+    warnings: list[str] = Field(default_factory=list)
+    near_duplicates: list[str] = Field(default_factory=list)
+    error: str = ""
+
+
+def _matches(inc: Incident, filters: dict[str, str] | None) -> bool:
+    if not filters:
+        return True
+    checks = {
+        "framework": inc.framework.name,
+        "algorithm": inc.algorithm,
+        "category": inc.root_cause.category,
+        "lang": inc.lang.value,
+        "origin": inc.origin,
+    }
+    for key, want in filters.items():
+        if want in (None, ""):
+            continue
+        have = checks.get(key)
+        if have is None or str(have).lower() != str(want).lower():
+            return False
+    return True
+
+
+class KnowledgeBase:
+    """`KnowledgeBase.open().ask("DPO NLL loss nan")` — everything the CLI and the API do goes through here."""
+
+    def __init__(self, data_dir: Path, incidents_dir: Path, model: str, progress: bool = False) -> None:
+        self.data_dir = data_dir
+        self.incidents_dir = incidents_dir
+        self.model_name = model
+        self.progress = progress
+        self.store = RecordStore(data_dir / "store.sqlite")
+        self.load_problems: list[str] = []
+        self._lock = threading.RLock()
+        self._records: dict[str, Incident] | None = None
+        self._bundle: index_bundle.IndexBundle | None = None
+        self._embedder = None
+
+    @classmethod
+    def open(cls, data_dir: str | os.PathLike | None = None, incidents_dir: str | os.PathLike | None = None,
+             model: str | None = None, progress: bool = False) -> KnowledgeBase:
+        return cls(paths.data_dir(data_dir), paths.incidents_dir(incidents_dir), model_name_from_env(model), progress)
+
+    # ---------------------------------------------------------------- records
+    def _load_records(self) -> dict[str, Incident]:
+        curated, problems = load_incidents(self.incidents_dir)
+        self.load_problems = [f"{p.path}: {p.message}" for p in problems]
+        out: dict[str, Incident] = {r.id: r for r in self.store.all()}
+        # The curated folder is authoritative for the ids it holds.
+        out.update({r.id: r for r in curated})
+        return dict(sorted(out.items()))
+
+    @property
+    def records(self) -> dict[str, Incident]:
+        with self._lock:
+            if self._records is None:
+                self._records = self._load_records()
+            return self._records
+
+    def reload(self) -> None:
+        with self._lock:
+            self._records = None
+
+    def get(self, incident_id: str) -> Incident:
+        try:
+            return self.records[incident_id]
+        except KeyError:
+            raise NotFound(f"no incident with id {incident_id!r} (see `kb list`)") from None
+
+    def list(self, framework: str | None = None, algorithm: str | None = None, category: str | None = None,
+             **more: str | None) -> list[Incident]:
+        f = {"framework": framework, "algorithm": algorithm, "category": category, **more}
+        return [r for r in self.records.values() if _matches(r, f)]
+
+    def stats(self) -> dict[str, Any]:
+        recs = list(self.records.values())
+        by = lambda fn: dict(sorted(Counter(fn(r) for r in recs).items(), key=lambda kv: (-kv[1], kv[0])))  # noqa: E731
+        bundle = index_bundle.load(self.index_root)
+        return {
+            "records": len(recs),
+            "by_framework": by(lambda r: r.framework.name),
+            "by_category": by(lambda r: r.root_cause.category),
+            "by_language": by(lambda r: r.lang.value),
+            "by_algorithm": by(lambda r: r.algorithm),
+            "by_origin": by(lambda r: r.origin),
+            "by_status": by(lambda r: r.root_cause.status),
+            "with_repro": sum(1 for r in recs if r.repro.path),
+            "index": None if bundle is None else {k: bundle.meta[k] for k in ("model", "n_rows", "vector_index")},
+            "problems": self.load_problems,
+        }
+
+    # ---------------------------------------------------------------- index
+    @property
+    def index_root(self) -> Path:
+        return self.data_dir / "index"
+
+    def fingerprint(self) -> str:
+        h = hashlib.sha256()
+        h.update(f"{index_bundle.FORMAT_VERSION}|{self.model_name}|".encode())
+        for rid, rec in self.records.items():
+            h.update(f"{rid}:{record_sha(rec)}|".encode())
+        return h.hexdigest()
+
+    @property
+    def embedder(self):
+        if self._embedder is None:
+            self._embedder = get_embedder(self.model_name)
+        return self._embedder
+
+    def index_is_current(self) -> bool:
+        b = self._bundle or index_bundle.load(self.index_root)
+        return b is not None and b.meta.get("fingerprint") == self.fingerprint()
+
+    def build_index(self, force: bool = False, progress: Callable[[int, int], None] | None = None
+                    ) -> index_bundle.IndexBundle:
+        """Build (or reuse) the index for the current records and embedding model."""
+        with self._lock:
+            fp = self.fingerprint()
+            if not force:
+                existing = self._bundle if self._bundle is not None else index_bundle.load(self.index_root)
+                if existing is not None and existing.meta.get("fingerprint") == fp:
+                    self._bundle = existing
+                    return existing
+            recs = list(self.records.values())
+            bar = None
+            if progress is None and self.progress:
+                from tqdm import tqdm
+
+                bar = tqdm(total=sum(len(r.search_text()) for r in recs), desc="indexing", unit="doc")
+
+                def progress(done: int, total: int) -> None:
+                    bar.n = done
+                    bar.refresh()
+
+            try:
+                self._bundle = index_bundle.build(recs, self.embedder, fp, self.index_root, progress)
+            finally:
+                if bar is not None:
+                    bar.close()
+            return self._bundle
+
+    def _index(self) -> index_bundle.IndexBundle:
+        if self._bundle is None or self._bundle.meta.get("fingerprint") != self.fingerprint():
+            return self.build_index()
+        return self._bundle
+
+    # ---------------------------------------------------------------- retrieval
+    def search(self, text: str, k: int = 10, filters: dict[str, str] | None = None) -> list[SearchHit]:
+        """Hybrid retrieval: BM25 over jieba tokens fused (RRF) with dense similarity, best first."""
+        if not text or not text.strip():
+            raise InputError("empty query")
+        b = self._index()
+        recs = self.records
+        q_tokens = tokenize(text)
+        bm = b.bm25.scores(q_tokens)
+        qv = self.embedder.encode([text[:4000]], query=True)[0]
+        sims, ids = b.vectors.search(qv, min(len(b.rows), max(200, k * 20)))
+        dense_by_inc: dict[str, float] = {}
+        for s, i in zip(sims, ids):
+            if i >= 0:
+                rid = b.rows[int(i)].incident_id
+                dense_by_inc[rid] = max(dense_by_inc.get(rid, -1.0), float(s))
+        bm_by_inc: dict[str, float] = {}
+        for i in np.nonzero(bm > 0)[0]:
+            rid = b.rows[int(i)].incident_id
+            bm_by_inc[rid] = max(bm_by_inc.get(rid, 0.0), float(bm[i]))
+        cands = [rid for rid in set(dense_by_inc) | set(bm_by_inc) if rid in recs and _matches(recs[rid], filters)]
+        dense_rank = {rid: r for r, rid in enumerate(sorted(cands, key=lambda x: -dense_by_inc.get(x, -1.0)), 1)}
+        bm_sorted = sorted((c for c in cands if c in bm_by_inc), key=lambda x: -bm_by_inc[x])
+        bm_rank = {rid: r for r, rid in enumerate(bm_sorted, 1)}
+        best = (W_DENSE + W_BM25) / (RRF_K + 1)
+        scored = []
+        for rid in cands:
+            fused = W_DENSE / (RRF_K + dense_rank[rid])
+            if rid in bm_rank:
+                fused += W_BM25 / (RRF_K + bm_rank[rid])
+            scored.append((fused / best, rid))
+        scored.sort(key=lambda t: (-t[0], t[1]))
+        q_set = list(dict.fromkeys(q_tokens))
+        hits = []
+        for score, rid in scored[:k]:
+            inc = recs[rid]
+            hits.append(SearchHit(
+                id=rid, score=round(score, 4), bm25=round(bm_by_inc.get(rid, 0.0), 4),
+                dense=round(dense_by_inc.get(rid, 0.0), 4), bm25_rank=bm_rank.get(rid),
+                dense_rank=dense_rank.get(rid), matched_terms=self._matched_terms(q_set, inc, b), incident=inc,
+            ))
+        return hits
+
+    @staticmethod
+    def _matched_terms(q_tokens: list[str], inc: Incident, b: index_bundle.IndexBundle) -> list[str]:
+        doc_tokens = set(tokenize(" ".join(inc.search_text().values()), drop_stopwords=False))
+        hit = [t for t in q_tokens if t in doc_tokens]
+        idf = {t: float(b.bm25.idf[b.bm25.vocab[t]]) if t in b.bm25.vocab else 0.0 for t in hit}
+        return sorted(hit, key=lambda t: -idf[t])
+
+    def ask(self, question: str, k: int = 5, filters: dict[str, str] | None = None) -> AskResult:
+        """Answer a short question with ranked incidents, their evidence and fix; abstain when nothing fits."""
+        if not question or not question.strip():
+            raise InputError("empty question")
+        lang = detect_lang(question)
+        hits = self.search(question, k=k, filters=filters)
+        items = [self._ask_item(h, lang) for h in hits]
+        abstained, reason = False, ""
+        if not hits:
+            abstained, reason = True, "no incident matches the filters"
+        else:
+            top = hits[0]
+            informative = [t for t in top.matched_terms if t not in GENERIC_TERMS]
+            if top.dense < MIN_DENSE and len(informative) < MIN_BM25_TERMS:
+                abstained = True
+                reason = (f"best match is weak (dense similarity {top.dense:.2f} < {MIN_DENSE}, "
+                          f"{len(informative)} specific term(s) in common)")
+        return AskResult(query=question, lang=lang, results=items, abstained=abstained, reason=reason)
+
+    def _ask_item(self, h: SearchHit, lang: str) -> AskResultItem:
+        inc = h.incident
+        evidence = [f"terms: {', '.join(h.matched_terms[:8])}"] if h.matched_terms else []
+        evidence.append(f"dense similarity {h.dense:.2f} (rank {h.dense_rank}); bm25 {h.bm25:.2f}"
+                        + (f" (rank {h.bm25_rank})" if h.bm25_rank else ""))
+        fix = inc.fix.summary.pick(lang) or (inc.fix.steps[0].pick(lang) if inc.fix.steps else "")
+        return AskResultItem(
+            id=inc.id, title=inc.title.pick(lang), category=inc.root_cause.category, framework=inc.framework.name,
+            algorithm=inc.algorithm, score=h.score, evidence=evidence, fix=fix,
+            sources=[s.url or s.file for s in inc.sources], repro=self.repro_command(inc),
+        )
+
+    def repro_command(self, inc: Incident) -> str:
+        return f"kb repro {inc.id}" if inc.repro.path else ""
+
+    # ---------------------------------------------------------------- diagnosis
+    def diagnose(self, log: str | None = None, config: str | None = None, question: str | None = None,
+                 text: str | None = None, k: int = 3):
+        """Diagnose a pasted log / config / command line / question (see kb.diagnose)."""
+        from kb.diagnose.engine import diagnose
+
+        return diagnose(self, log=log, config=config, question=question, text=text, k=k)
+
+    # ---------------------------------------------------------------- ingest
+    def ingest_text(self, text: str, name: str = "<text>", fmt: str | None = None,
+                    allow_duplicate: bool = False) -> IngestOutcome:
+        """Parse one document (curated or raw) into a record and store it; the index is rebuilt lazily."""
+        from kb.ingest import parse_document
+
+        result = parse_document(text, name=name, fmt=fmt)
+        inc: Incident = result.incident
+        out = IngestOutcome(path=name, id=inc.id, status="", origin=inc.origin, category=inc.root_cause.category,
+                            warnings=list(result.warnings))
+        if inc.id not in self.records:
+            dups = self.near_duplicates(inc)
+            if dups and not allow_duplicate:
+                out.status, out.near_duplicates = "duplicate", dups
+                out.warnings.append("near-duplicate of " + ", ".join(dups) + " (same framework and category, "
+                                    "overlapping signatures); not added — pass allow_duplicate to add anyway")
+                return out
+            out.near_duplicates = dups
+        if inc.origin == "curated" and (self.incidents_dir / inc.id / "incident.md").is_file():
+            out.warnings.append(f"{inc.id} is a curated file in {self.incidents_dir}; that file stays authoritative")
+        out.status = self.store.upsert(inc, source=name)
+        self.reload()
+        return out
+
+    def ingest(self, paths_: list[str | os.PathLike], allow_duplicate: bool = False,
+               on_result: Callable[[IngestOutcome], None] | None = None) -> list[IngestOutcome]:
+        from kb.ingest import read_document
+
+        outcomes = []
+        for p in paths_:
+            try:
+                text, fmt = read_document(p)
+                o = self.ingest_text(text, name=str(p), fmt=fmt, allow_duplicate=allow_duplicate)
+            except Exception as e:  # noqa: BLE001 - one bad file must not stop the batch; reported per file
+                from kb.errors import KBError
+
+                msg = str(e) if isinstance(e, KBError) else f"{type(e).__name__}: {e}"
+                o = IngestOutcome(path=str(p), status="error", error=msg)
+            outcomes.append(o)
+            if on_result:
+                on_result(o)
+        return outcomes
+
+    def near_duplicates(self, inc: Incident) -> list[str]:
+        """Existing records with the same framework and category and overlapping signatures or sources."""
+        urls = {s.url for s in inc.sources if s.url}
+        sigs = {s.pattern for s in inc.symptoms.signatures} | set(inc.symptoms.errors)
+        out = []
+        for other in self.records.values():
+            if other.id == inc.id:
+                continue
+            if urls & {s.url for s in other.sources if s.url}:
+                out.append(other.id)
+                continue
+            same = (other.framework.name.lower() == inc.framework.name.lower()
+                    and other.root_cause.category == inc.root_cause.category)
+            if not same:
+                continue
+            other_sigs = {s.pattern for s in other.symptoms.signatures} | set(other.symptoms.errors)
+            if sigs & other_sigs:
+                out.append(other.id)
+                continue
+            a, b = (self.embedder.encode([x.title.both() + " " + x.summary.both()])[0] for x in (inc, other))
+            if float(a @ b) > 0.9:
+                out.append(other.id)
+        return out

@@ -1,0 +1,93 @@
+"""The one tokenizer: ASCII identifiers and numbers stay whole (plus their parts), jieba cuts only CJK runs."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from functools import lru_cache
+
+# Domain words jieba would otherwise split; added once when jieba first loads.
+DOMAIN_WORDS = (
+    "序列并行", "奖励模型", "半精度", "混合精度", "损失缩放", "梯度爆炸", "梯度裁剪", "梯度累积", "学习率",
+    "全参", "全参数", "微调", "偏好优化", "长度归一化", "溢出", "下溢", "标签", "掩码", "截断", "提示词",
+    "注意力", "词表", "嵌入", "优化器", "数据并行", "张量并行", "流水线并行", "上下文并行", "环形注意力",
+    "强化学习", "策略模型", "参考模型", "价值模型", "采样", "推理", "显存", "精度", "梯度", "损失",
+)
+# Chinese words that carry no signal for retrieval.
+STOP_ZH = frozenset("的 了 在 是 和 与 或 时 后 中 为 对 把 被 就 都 也 而 及 等 这 那 一个 使用 出现 问题 进行 如何 怎么 什么 吗 呢 啊 我 你 他 们 训练时".split())
+STOP_EN = frozenset(
+    "a an the is are was were be been of to in on at for with by and or not it this that my i we you when "
+    "what why how does do did can could should would from as into after before while using use get got".split()
+)
+
+_ASCII_RUN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+\-/]*[A-Za-z0-9_]|[A-Za-z0-9_]")
+_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_SPLIT_PARTS = re.compile(r"[_.\-/+]+")
+_NUMBER = re.compile(r"^-?\d+(\.\d+)?(e[+-]?\d+)?$")
+_jieba_lock = threading.Lock()
+_jieba = None
+
+
+def _get_jieba():
+    global _jieba
+    if _jieba is None:
+        with _jieba_lock:
+            if _jieba is None:
+                import jieba
+
+                jieba.setLogLevel(logging.WARNING)
+                for w in DOMAIN_WORDS:
+                    jieba.add_word(w, freq=200000)
+                _jieba = jieba
+    return _jieba
+
+
+def _ascii_tokens(run: str) -> list[str]:
+    tok = run.lower().strip(".-/+")
+    if not tok:
+        return []
+    out = [tok]
+    if _NUMBER.match(tok):
+        return out
+    parts = [p for p in _SPLIT_PARTS.split(tok) if p]
+    if len(parts) > 1:
+        out.extend(p for p in parts if len(p) > 1 or p.isdigit())
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _cjk_tokens(run: str) -> tuple[str, ...]:
+    jieba = _get_jieba()
+    return tuple(w for w in jieba.cut(run, HMM=True) if w.strip() and w not in STOP_ZH)
+
+
+def tokenize(text: str, *, drop_stopwords: bool = True) -> list[str]:
+    """Tokens for BM25: `max_prompt_length` -> [max_prompt_length, max, prompt, length]; `-100` stays whole;
+    Chinese runs go through jieba with domain words; punctuation is dropped; everything lowercased."""
+    tokens: list[str] = []
+    # Keep negative numbers like -100 whole: a leading '-' directly before a digit belongs to the number.
+    for m in re.finditer(r"-\d[\d.e+\-]*|" + _ASCII_RUN.pattern + r"|" + _CJK_RUN.pattern, text):
+        s = m.group(0)
+        if _CJK_RUN.fullmatch(s):
+            tokens.extend(_cjk_tokens(s))
+        elif s.startswith("-") and s[1:2].isdigit():
+            tokens.append(s.rstrip(".-+").lower())
+        else:
+            tokens.extend(_ascii_tokens(s))
+    if drop_stopwords:
+        tokens = [t for t in tokens if t not in STOP_EN]
+    return tokens
+
+
+def cjk_ratio(text: str) -> float:
+    """Share of CJK characters among letters: used to tell a Chinese text from an English one."""
+    cjk = sum(len(m) for m in _CJK_RUN.findall(text))
+    latin = len(re.findall(r"[A-Za-z]", text))
+    total = cjk + latin
+    return cjk / total if total else 0.0
+
+
+def detect_lang(text: str) -> str:
+    # Chinese prose with English identifiers mixed in is still Chinese: a low threshold is right.
+    return "zh" if cjk_ratio(text) > 0.15 else "en"
