@@ -36,14 +36,21 @@ FACTS: tuple[FactSpec, ...] = (
              "compute precision of the training step (mixed precision / autocast)", _DTYPE),
     FactSpec("weights_dtype", "dtype", ("torch_dtype", "model_dtype", "param_dtype", "model.half"),
              "dtype in which the trainable weights are stored (no fp32 master copy when fp16)", _DTYPE),
+    FactSpec("working_dtype", "dtype", ("working_dtype",),
+             "the dtype the reporter says works (\"bf16 and fp32 is correct\", \"调整到bf16后work了\")", _DTYPE),
     FactSpec("fp16_loss_scale", "float", ("loss_scale", "initial_scale_power", "fp16_scale_tolerance"),
              "fp16 loss scaling setting"),
     # --- parallelism -----------------------------------------------------------------------------------
     FactSpec("sequence_parallel_size", "int",
              ("sequence_parallel_size", "sp_size", "ulysses_sequence_parallel_size", "ulysses_sp_size",
               "sequence_parallel_degree", "ring_attn_size", "ring_attention_size", "context_parallel_size",
-              "cp_size", "context_parallel_degree", "sequence_parallel"),
+              "cp_size", "context_parallel_degree"),
              "sequence / context parallel degree (Ulysses, ring attention, CP)"),
+    # A bare flag or a prose mention ("ring-attn", "序列并行") says SP is on without saying its degree.
+    FactSpec("sequence_parallel", "bool",
+             ("sequence_parallel", "use_sequence_parallel", "use_ring_attn", "ring_attn", "ulysses",
+              "context_parallel"),
+             "some sequence / context parallelism is in use (degree unknown or > 1)"),
     FactSpec("zero_stage", "int", ("zero_stage", "zero_optimization.stage", "stage3", "ds_stage"),
              "DeepSpeed ZeRO stage"),
     FactSpec("overlap_comm", "bool", ("overlap_comm", "zero_optimization.overlap_comm"), "DeepSpeed overlap_comm"),
@@ -121,24 +128,62 @@ FACTS: tuple[FactSpec, ...] = (
     FactSpec("framework_version", "version", ("ms-swift", "swift", "openrlhf", "xtuner", "llamafactory", "verl"),
              "version of the training framework"),
     FactSpec("flash_attn_version", "version", ("flash-attn", "flash_attn_version"), "flash-attn version"),
+    FactSpec("vllm_version", "version", ("vllm", "vllm_version"), "vLLM version"),
+    FactSpec("peft_version", "version", ("peft", "peft_version"), "PEFT version"),
     FactSpec("gpu", "str", ("gpu", "gpu_name", "device_name"), "GPU model"),
+    FactSpec("num_generations", "int", ("num_generations", "n_samples_per_prompt", "group_size",
+                                        "actor_rollout_ref.rollout.n", "rollout.n"),
+             "completions sampled per prompt (GRPO group size)"),
+    FactSpec("zero_hpz_partition_size", "int", ("zero_hpz_partition_size", "zero_optimization.zero_hpz_partition_size"),
+             "DeepSpeed ZeRO++ hierarchical partition size"),
+    FactSpec("gpu_bf16", "bool", ("gpu_bf16",), "whether the GPU supports bf16 (V100/T4/P100: no)"),
+    FactSpec("model_family", "str", ("model_family",), "model family (qwen2, llama, gemma2, internlm2 …)"),
+    FactSpec("deepspeed_config", "str", ("deepspeed", "deepspeed_config", "ds_config"),
+             "DeepSpeed config file named on the command line"),
 )
 
-_BY_KEY: dict[str, FactSpec] = {f.key: f for f in FACTS}
-_ALIAS: dict[str, str] = {}
-for _spec in FACTS:
-    _ALIAS[_spec.key] = _spec.key
-    for _a in _spec.aliases:
-        _ALIAS.setdefault(_a.lower(), _spec.key)
+# Facts read from logs and prose rather than configs (ARCHITECTURE.md, "Facts").
+LOG_FACTS: tuple[FactSpec, ...] = (
+    FactSpec("nan_metrics", "list", (), "metric names that were nan/inf"),
+    FactSpec("zero_metrics", "list", (), "loss-like metrics that collapsed to exactly 0"),
+    FactSpec("huge_metrics", "list", (), "metrics above 1e4"),
+    FactSpec("spike_metrics", "list", (), "metrics that jumped > 10x before going bad"),
+    FactSpec("first_bad_step", "int", (), "step at which the first nan/inf/zero collapse appeared"),
+    FactSpec("errors", "list", (), "ids of known error strings found (kb.diagnose.errors_catalog)"),
+    FactSpec("output_collapse", "bool", (), "generated text collapsed (!!!!, token id 0)"),
+    FactSpec("symptom", "list", (), "in-scope symptoms seen: nan, inf, zero_loss, huge, collapse, overflow"),
+)
 
-
-def spec(key: str) -> FactSpec | None:
-    return _BY_KEY.get(key)
-
+# Boolean switches whose *name* carries the value: `--fp16`, `bf16: true`, `"fp16": {"enabled": true}`.
+PRECISION_FLAGS: dict[str, tuple[str, str]] = {
+    "fp16": ("precision", "fp16"), "bf16": ("precision", "bf16"), "fp32": ("precision", "fp32"),
+    "half": ("precision", "fp16"), "use_fp16": ("precision", "fp16"), "use_bf16": ("precision", "bf16"),
+    "fp16.enabled": ("precision", "fp16"), "bf16.enabled": ("precision", "bf16"),
+    "bfloat16.enabled": ("precision", "bf16"), "amp.enabled": ("precision", "fp16"),
+    "fp16_full_eval": ("precision", "fp16"), "pure_bf16": ("precision", "bf16"),
+}
 
 def _clean_key(raw: str) -> str:
     k = raw.strip().strip("-").strip().lower().replace("-", "_")
     return re.sub(r"\s+", "_", k)
+
+
+_BY_KEY: dict[str, FactSpec] = {f.key: f for f in FACTS + LOG_FACTS}
+_ALIAS: dict[str, str] = {}
+# Every key an alias may stand for, in FACTS order: `--deepspeed 0.14.0` is a version, `--deepspeed ds.json` a file.
+_ALIAS_ALL: dict[str, list[str]] = {}
+for _spec in FACTS + LOG_FACTS:
+    _ALIAS[_spec.key] = _spec.key
+    _ALIAS_ALL.setdefault(_spec.key, []).append(_spec.key)
+    for _a in {a.lower() for a in _spec.aliases} | {_clean_key(a) for a in _spec.aliases}:
+        _ALIAS.setdefault(_a, _spec.key)
+        if _spec.key not in _ALIAS_ALL.setdefault(_a, []):
+            _ALIAS_ALL[_a].append(_spec.key)
+_VERSION = re.compile(r"v?(\d+(?:\.\d+){0,3}(?:[.+\-]?(?:rc|post|dev|a|b)\d*)?(?:\+[\w.]+)?)", re.IGNORECASE)
+
+
+def spec(key: str) -> FactSpec | None:
+    return _BY_KEY.get(key)
 
 
 def canonical_key(raw: str) -> str | None:
@@ -204,6 +249,13 @@ def normalise_value(key: str, value: Any) -> Any:
         return _DTYPE.get(text.lower())
     if s.values:
         return s.values.get(text.lower(), text.lower())
+    if key == "algorithm":
+        # `stage: 2` in a DeepSpeed block is not an algorithm; unknown words (`reinforce_plus_plus`) are kept.
+        known = canonical_algorithm(text)
+        return known or (text.lower() if re.fullmatch(r"[A-Za-z][\w+\-]*", text) else None)
+    if s.kind == "version":
+        m = _VERSION.fullmatch(text)
+        return m.group(1) if m else None
     if s.kind == "str" and key in {"algorithm", "loss_type", "finetuning_type", "optim", "lora_task_type",
                                    "truncation_mode"}:
         return text.lower()
@@ -212,13 +264,19 @@ def normalise_value(key: str, value: Any) -> Any:
 
 def canonical(raw_key: str, value: Any) -> tuple[str, Any] | None:
     """(canonical key, normalised value) or None when the key is unknown or the value unusable."""
+    flag = PRECISION_FLAGS.get(_clean_key(raw_key))
+    if flag is not None:
+        # `fp16: false` says nothing about what is used; `fp16: auto` leaves it to another file.
+        return flag if parse_bool(value) is True else None
     key = canonical_key(raw_key)
     if key is None:
         return None
-    v = normalise_value(key, value)
-    if v is None:
-        return None
-    return key, v
+    ck = _clean_key(raw_key)
+    for cand in _ALIAS_ALL.get(ck, [key]) if ck in _ALIAS_ALL else [key]:
+        v = normalise_value(cand, value)
+        if v is not None:
+            return cand, v
+    return None
 
 
 # Framework names and their aliases, as they appear in prose, commands and package lists.
@@ -248,11 +306,33 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     "IPO": ("ipo",),
     "ORPO": ("orpo",),
     "CPO": ("cpo",),
-    "RM": ("reward model", "reward modeling", "rm", "奖励模型"),
-    "PPO": ("ppo",),
+    "RM": ("reward model", "reward modeling", "reward modelling", "rm", "reward", "奖励模型", "reward_modeling"),
+    "PPO": ("ppo", "gae"),
     "GRPO": ("grpo",),
-    "pretrain": ("pretrain", "pretraining", "pre-training", "continue pretrain", "预训练"),
+    "pretrain": ("pretrain", "pretraining", "pre-training", "continue pretrain", "预训练", "pt"),
 }
+
+
+# Installed packages (`pip list`, `torch==2.3.1`, `ms-swift=v3.1.0`) -> the version fact they fill.
+PACKAGES: dict[str, str] = {
+    "torch": "torch_version", "pytorch": "torch_version", "deepspeed": "deepspeed_version",
+    "transformers": "transformers_version", "trl": "trl_version", "vllm": "vllm_version", "peft": "peft_version",
+    "flash-attn": "flash_attn_version", "flash_attn": "flash_attn_version", "flash-attention": "flash_attn_version",
+    "ms-swift": "framework_version", "ms_swift": "framework_version", "swift": "framework_version",
+    "openrlhf": "framework_version", "xtuner": "framework_version", "llamafactory": "framework_version",
+    "llama-factory": "framework_version", "llama_factory": "framework_version", "verl": "framework_version",
+    "unsloth": "framework_version",
+}
+
+
+def canonical_package(name: str, version: str) -> tuple[str, str, str | None] | None:
+    """(fact key, version, framework implied or None) for an installed package, or None when unknown."""
+    n = name.strip().lower()
+    key = PACKAGES.get(n)
+    m = _VERSION.fullmatch(str(version).strip().strip("'\","))
+    if key is None or m is None:
+        return None
+    return key, m.group(1), (canonical_framework(n) if key == "framework_version" else None)
 
 
 def canonical_framework(text: str) -> str | None:
@@ -269,3 +349,48 @@ def canonical_algorithm(text: str) -> str | None:
         if t == name.lower() or t in aliases:
             return name
     return None
+
+
+# === Prose labels (added for kb.ingest; owner: raw-document parser) =====================================
+# How articles name a config field in running text or bullet lists ("最大长度:8192", "learning rate of 5e-7",
+# "梯度累积步数(如32)"). Keys are matched case-insensitively as whole labels; longer labels win, so
+# "最大提示长度" is not read as "最大长度". Values are still normalised through `normalise_value`.
+PROSE_LABELS: dict[str, str] = {
+    # lengths
+    "最大序列长度": "max_length", "最大长度": "max_length", "序列最大长度": "max_length", "截断长度": "max_length",
+    "上下文长度": "max_length", "max length": "max_length", "maximum length": "max_length",
+    "max sequence length": "max_length", "maximum sequence length": "max_length", "sequence length": "max_length",
+    "最大提示长度": "max_prompt_length", "提示最大长度": "max_prompt_length", "最大prompt长度": "max_prompt_length",
+    "max prompt length": "max_prompt_length", "maximum prompt length": "max_prompt_length",
+    "最大响应长度": "max_completion_length", "最大生成长度": "max_completion_length",
+    "max completion length": "max_completion_length", "max response length": "max_completion_length",
+    # parallelism
+    "序列并行大小": "sequence_parallel_size", "序列并行度": "sequence_parallel_size",
+    "序列并行数": "sequence_parallel_size", "sequence parallel size": "sequence_parallel_size",
+    "sequence parallel degree": "sequence_parallel_size", "context parallel size": "sequence_parallel_size",
+    "zero stage": "zero_stage", "zero阶段": "zero_stage",
+    # optimisation
+    "学习率": "learning_rate", "learning rate": "learning_rate",
+    "微训练批次大小": "micro_batch_size", "微批次大小": "micro_batch_size", "微批大小": "micro_batch_size",
+    "每卡批次大小": "micro_batch_size", "单卡批次大小": "micro_batch_size", "每设备批次大小": "micro_batch_size",
+    "批次大小": "micro_batch_size", "批大小": "micro_batch_size", "micro batch size": "micro_batch_size",
+    "micro-batch size": "micro_batch_size", "per-device batch size": "micro_batch_size",
+    "per device batch size": "micro_batch_size", "batch size": "micro_batch_size",
+    "梯度累积步数": "gradient_accumulation_steps", "梯度累计步数": "gradient_accumulation_steps",
+    "梯度累积": "gradient_accumulation_steps", "gradient accumulation steps": "gradient_accumulation_steps",
+    "gradient accumulation": "gradient_accumulation_steps",
+    "梯度裁剪阈值": "max_grad_norm", "梯度裁剪": "max_grad_norm", "gradient clipping": "max_grad_norm",
+    # precision / model
+    "训练精度": "precision", "数值精度": "precision", "精度": "precision", "precision": "precision",
+    "混合精度": "precision", "mixed precision": "precision",
+    "模型类型": "model", "基座模型": "model", "base model": "model",
+    "训练类型": "finetuning_type", "微调类型": "finetuning_type", "微调方式": "finetuning_type",
+    "注意力实现": "attn_implementation", "attention implementation": "attn_implementation",
+    "gpu数量": "num_gpus", "显卡数量": "num_gpus", "卡数": "num_gpus", "number of gpus": "num_gpus",
+}
+
+
+def canonical_label(label: str) -> str | None:
+    """Canonical key for a prose label ("最大长度", "learning rate"), or None."""
+    return PROSE_LABELS.get(re.sub(r"\s+", " ", label.strip().lower()))
+# === end of prose labels ================================================================================

@@ -218,8 +218,17 @@ class KnowledgeBase:
         return self._bundle
 
     # ---------------------------------------------------------------- retrieval
-    def search(self, text: str, k: int = 10, filters: dict[str, str] | None = None) -> list[SearchHit]:
-        """Hybrid retrieval: BM25 over jieba tokens fused (RRF) with dense similarity, best first."""
+    def search(self, text: str, k: int = 10, filters: dict[str, str] | None = None,
+               mode: str = "hybrid", weights: tuple[float, float] | None = None) -> list[SearchHit]:
+        """Hybrid retrieval: BM25 over jieba tokens fused (RRF) with dense similarity, best first.
+
+        `mode` "bm25" or "dense" ranks by one signal alone (ablations); `weights` = (dense, bm25) for RRF.
+        """
+        w_dense, w_bm25 = weights or (W_DENSE, W_BM25)
+        if mode == "bm25":
+            w_dense = 0.0
+        elif mode == "dense":
+            w_bm25 = 0.0
         if not text or not text.strip():
             raise InputError("empty query")
         b = self._index()
@@ -241,12 +250,12 @@ class KnowledgeBase:
         dense_rank = {rid: r for r, rid in enumerate(sorted(cands, key=lambda x: -dense_by_inc.get(x, -1.0)), 1)}
         bm_sorted = sorted((c for c in cands if c in bm_by_inc), key=lambda x: -bm_by_inc[x])
         bm_rank = {rid: r for r, rid in enumerate(bm_sorted, 1)}
-        best = (W_DENSE + W_BM25) / (RRF_K + 1)
+        best = (w_dense + w_bm25) / (RRF_K + 1)
         scored = []
         for rid in cands:
-            fused = W_DENSE / (RRF_K + dense_rank[rid])
+            fused = w_dense / (RRF_K + dense_rank[rid])
             if rid in bm_rank:
-                fused += W_BM25 / (RRF_K + bm_rank[rid])
+                fused += w_bm25 / (RRF_K + bm_rank[rid])
             scored.append((fused / best, rid))
         scored.sort(key=lambda t: (-t[0], t[1]))
         q_set = list(dict.fromkeys(q_tokens))

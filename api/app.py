@@ -1,0 +1,93 @@
+"""The FastAPI application factory: `create_app()` wires settings, the knowledge base, routers and handlers."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+from fastapi import FastAPI
+
+from api import errors
+from api.chatops import routers as chatops_routers
+from api.chatops.common import Dedup
+from api.chatops.feishu import _TenantToken
+from api.jobs import JobManager, Runner
+from api.limits import BodyLimitMiddleware
+from api.metrics import Metrics, MetricsMiddleware
+from api.routers import ask, diagnose, health, incidents, jobs
+from api.settings import Settings
+
+log = logging.getLogger("kb.api")
+
+DESCRIPTION = """Diagnose NaN / inf / collapsing losses in LLM fine-tuning and RLHF.
+
+Ask a question, paste a log / config / command line, read incident records, add documents and run repro
+checks. Errors are `{"error": {"code", "message"}}`. Write endpoints need `Authorization: Bearer KEY` or
+`X-API-Key: KEY` (keys from `KB_API_KEYS`)."""
+
+
+def _open_kb(settings: Settings):
+    from kb.kb import KnowledgeBase
+
+    return KnowledgeBase.open(data_dir=settings.data_dir, incidents_dir=settings.incidents_dir,
+                              model=settings.embed_model)
+
+
+def _warm(app: FastAPI) -> None:
+    """Load the records, build or load the index and the embedder, so the first request is fast."""
+    try:
+        kb = app.state.kb
+        kb.build_index()
+        kb.embedder.encode(["warm up"], query=True)
+        log.info("knowledge base ready: %d records", len(kb.records))
+    except Exception as e:
+        log.exception("warm-up failed")
+        app.state.warm_error = f"{type(e).__name__}: {e}"
+    finally:
+        app.state.ready.set()
+
+
+def create_app(settings: Settings | None = None, kb=None, repro_runner: Runner | None = None) -> FastAPI:
+    """Build the app. `kb` defaults to `KnowledgeBase.open(...)` from the settings; `repro_runner` to
+    `kb.repro.runner.run_check`. With no arguments everything comes from the environment (uvicorn --factory)."""
+    settings = settings or Settings()
+    kb = kb if kb is not None else _open_kb(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        app.state.http = httpx.AsyncClient(timeout=settings.chatops_timeout_s, follow_redirects=False)
+        if settings.warm_on_start:
+            threading.Thread(target=_warm, args=(app,), name="kb-warm", daemon=True).start()
+        else:
+            app.state.ready.set()
+        try:
+            yield
+        finally:
+            await app.state.http.aclose()
+            app.state.jobs.shutdown()
+
+    app = FastAPI(title="kb: why did my loss go NaN?", version="0.1.0", description=DESCRIPTION,
+                  lifespan=lifespan)
+    app.state.settings = settings
+    app.state.kb = kb
+    app.state.metrics = Metrics()
+    app.state.ingest_lock = threading.Lock()
+    app.state.ready = threading.Event()
+    app.state.warm_error = ""
+    app.state.dedup = {"slack": Dedup(), "feishu": Dedup()}
+    app.state.feishu_token = _TenantToken()
+    app.state.jobs = JobManager(Path(kb.data_dir) / "jobs", Path(kb.incidents_dir), settings.repro_concurrency,
+                                settings.repro_max_pending, settings.repro_timeout_s, runner=repro_runner)
+
+    errors.install(app)
+    for module in (health, ask, diagnose, incidents, jobs):
+        app.include_router(module.router)
+    for router in chatops_routers():
+        app.include_router(router)
+    # Added last = outermost: metrics see every answer, including the body limiter's 413s.
+    app.add_middleware(BodyLimitMiddleware, settings=settings)
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    return app

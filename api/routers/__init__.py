@@ -1,0 +1,1 @@
+"""One router per resource: ask, diagnose, incidents (+ repro), jobs, health/metrics."""

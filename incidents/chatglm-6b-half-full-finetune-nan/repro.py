@@ -1,0 +1,67 @@
+"""Repro check: full fine-tuning of a tiny .half() transformer with AdamW gives a finite step-1 loss and NaN from step 2 (eps underflow, 0/0); fp32 master weights stay finite."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+
+from kb.repro.harness import ReproCheck, cli_main, grad_norm, num
+
+
+def hf_logged_loss(step_losses: list[float]) -> float:
+    """Loss the HF Trainer logs for one window: with logging_nan_inf_filter a NaN/inf step adds the running mean."""
+    tr_loss = 0.0
+    for n, loss in enumerate(step_losses, start=1):
+        tr_loss = tr_loss + tr_loss / n if not math.isfinite(loss) else tr_loss + loss
+    return tr_loss / max(len(step_losses), 1)
+
+def _tiny_llama():
+    from kb.repro.tiny import tiny_causal_lm
+
+    return tiny_causal_lm("llama", vocab_size=64, hidden_size=32, intermediate_size=64)
+
+
+def _batch() -> torch.Tensor:
+    return torch.randint(2, 64, (4, 16), generator=torch.Generator().manual_seed(1))
+
+
+
+class HalfWeightsAdamCheck(ReproCheck):
+    """Faulty: model.half() + AdamW (weights and moments fp16); fixed: fp32 weights with bf16 autocast."""
+
+    incident_id = "chatglm-6b-half-full-finetune-nan"
+    defaults: ClassVar[dict[str, Any]] = {"weights_dtype": "fp16", "finetuning_type": "full", "learning_rate": 1e-5}
+
+    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
+        wd = settings.get("weights_dtype")
+        if wd is None:
+            return None, "weight storage dtype unknown"
+        return wd == "fp16", f"trainable weights stored in {wd}"
+
+    def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
+        model = _tiny_llama().to(device)
+        half = not fixed and settings.get("weights_dtype") == "fp16"
+        if half:
+            model = model.half()
+        opt = torch.optim.AdamW(model.parameters(), lr=float(settings.get("learning_rate") or 1e-5), foreach=False)
+        ids, losses, gn = _batch().to(device), [], None
+        for _ in range(3):
+            with torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=not half):
+                loss = model(input_ids=ids, labels=ids).loss
+            opt.zero_grad()
+            loss.float().backward()
+            gn = grad_norm(model.parameters()) if gn is None else gn
+            opt.step()
+            losses.append(num(loss))
+        return {"first_loss": losses[0], "loss": losses[1], "grad_norm": gn,
+                "params_with_nan": sum(int(torch.isnan(p).any()) for p in model.parameters())}
+
+
+def main() -> int:
+    return cli_main(HalfWeightsAdamCheck)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,56 @@
+"""Repro check: AdamW on fp16 weights puts NaN into them on the first update even at lr 5e-7 (eps underflows, zero-gradient rows get 0/0); fp32 master weights stay finite."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+
+from kb.repro.harness import ReproCheck, cli_main, grad_norm, num
+
+
+def hf_logged_loss(step_losses: list[float]) -> float:
+    """Loss the HF Trainer logs for one window: with logging_nan_inf_filter a NaN/inf step adds the running mean."""
+    tr_loss = 0.0
+    for n, loss in enumerate(step_losses, start=1):
+        tr_loss = tr_loss + tr_loss / n if not math.isfinite(loss) else tr_loss + loss
+    return tr_loss / max(len(step_losses), 1)
+
+class Fp16WeightsTinyLrCheck(ReproCheck):
+    """Faulty: fp16 embedding + head updated by AdamW at lr 5e-7; fixed: the same in fp32."""
+
+    incident_id = "chatglm2-6b-int4-full-finetune-nan"
+    defaults: ClassVar[dict[str, Any]] = {"weights_dtype": "fp16", "learning_rate": 5e-7, "finetuning_type": "full"}
+
+    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
+        wd = settings.get("weights_dtype")
+        if wd is None:
+            return None, "weight storage dtype unknown"
+        return wd == "fp16", f"trainable weights stored in {wd}; the learning rate does not matter"
+
+    def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
+        dtype = torch.float32 if fixed or settings.get("weights_dtype") != "fp16" else torch.float16
+        emb = torch.nn.Embedding(100, 16).to(device, dtype)  # non-quantised tensors of an int4 checkpoint are fp16
+        head = torch.nn.Linear(16, 100, bias=False).to(device, dtype)
+        params = list(emb.parameters()) + list(head.parameters())
+        opt = torch.optim.AdamW(params, lr=float(settings.get("learning_rate") or 5e-7), foreach=False)
+        ids = torch.tensor([[3, 7, 11, 19, 23, 29]], device=device)  # unused token rows get exactly zero gradient
+        losses, gn = [], None
+        for _ in range(2):
+            loss = torch.nn.functional.cross_entropy(head(emb(ids[:, :-1])).float().view(-1, 100), ids[:, 1:].reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            gn = grad_norm(params) if gn is None else gn
+            opt.step()
+            losses.append(num(loss))
+        return {"first_loss": losses[0], "loss": losses[1], "grad_norm": gn,
+                "nan_embedding_rows": int(torch.isnan(emb.weight).any(-1).sum())}
+
+
+def main() -> int:
+    return cli_main(Fp16WeightsTinyLrCheck)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,60 @@
+"""Repro check: an fp32 tiny transformer trained with too large a step shows loss far above its start, then NaN; a 100x smaller step trains normally."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+
+from kb.repro.harness import ReproCheck, cli_main, num
+
+
+def hf_logged_loss(step_losses: list[float]) -> float:
+    """Loss the HF Trainer logs for one window: with logging_nan_inf_filter a NaN/inf step adds the running mean."""
+    tr_loss = 0.0
+    for n, loss in enumerate(step_losses, start=1):
+        tr_loss = tr_loss + tr_loss / n if not math.isfinite(loss) else tr_loss + loss
+    return tr_loss / max(len(step_losses), 1)
+
+def _tiny_llama():
+    from kb.repro.tiny import tiny_causal_lm
+
+    return tiny_causal_lm("llama", vocab_size=64, hidden_size=32, intermediate_size=64)
+
+
+def _batch() -> torch.Tensor:
+    return torch.randint(2, 64, (4, 16), generator=torch.Generator().manual_seed(1))
+
+
+
+class HighLrCheck(ReproCheck):
+    """Faulty: SGD-momentum step 20 (spike then NaN); fixed: step 0.2."""
+
+    incident_id = "chatglm2-6b-lora-lr-too-high-nan"
+    defaults: ClassVar[dict[str, Any]] = {"precision": "fp32", "learning_rate": 20.0}
+
+    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
+        return None, "a safe learning rate depends on model, optimiser and data; the run shows the divergence"
+
+    def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
+        lr = float(settings.get("learning_rate") or 20.0) / (100.0 if fixed else 1.0)
+        model = _tiny_llama().to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+        ids, losses = _batch().to(device), []
+        for _ in range(12):
+            loss = model(input_ids=ids, labels=ids).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(num(loss))
+        finite = [v for v in losses if math.isfinite(v)]
+        return {"lr": lr, "first_loss": losses[0], "peak_loss": max(finite), "loss": losses[-1]}
+
+
+def main() -> int:
+    return cli_main(HighLrCheck)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,79 @@
+"""Repro check: fp16 mixed precision on a model with outlier activations beyond 65504 (as Baichuan2-13B has) makes
+the forward overflow to inf/NaN on every step; the HF Trainer logs those NaN losses as 0. The same weights in bf16
+(fp32's exponent range) give a finite loss and gradients."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+
+from kb.repro.harness import ReproCheck, cli_main, grad_norm, num
+from kb.repro.tiny import torch_dtype
+
+
+def hf_logged_loss(step_losses: list[float]) -> float:
+    """What the HF Trainer logs for a window: with logging_nan_inf_filter (default) a NaN step adds the running mean."""
+    tr_loss = 0.0
+    for n, loss in enumerate(step_losses, start=1):
+        tr_loss = tr_loss + tr_loss / n if not math.isfinite(loss) else tr_loss + loss
+    return tr_loss / max(len(step_losses), 1)
+
+
+class FP16OutlierOverflow(ReproCheck):
+    """Tiny Llama whose first MLP writes one residual channel at ~1e5 (a massive activation), frozen base in the
+    compute dtype plus a trainable fp32 LoRA-style adapter on the LM head, 2 steps."""
+
+    incident_id = "llamafactory-baichuan2-fp16-zero-loss"
+    defaults: ClassVar[dict[str, Any]] = {"algorithm": "SFT", "finetuning_type": "lora", "precision": "fp16",
+                                          "learning_rate": 5e-5}
+    watch = ("loss",)
+    frameworks = ("llamafactory",)
+
+    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
+        p = settings.get("precision")
+        if p in ("bf16", "fp32"):
+            return False, f"{p} has float32's exponent range: activations of ~1e5 do not overflow"
+        if p == "fp16":
+            return None, ("fp16 overflows only if the model's activations exceed 65504; Baichuan2-13B's do, "
+                          "smaller models often not")
+        return None, "precision unknown"
+
+    def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
+        from kb.repro.tiny import tiny_causal_lm
+
+        dt = torch.bfloat16 if fixed else torch_dtype(settings.get("precision"))
+        model = tiny_causal_lm("llama", device=device)
+        ids = torch.randint(2, 128, (2, 32), generator=torch.Generator().manual_seed(0)).to(device)
+        with torch.no_grad():  # one residual channel of ~1e5, the kind of outlier large LLMs develop in a few dims
+            mlp_out = model.model.layers[0].mlp(model.model.layers[0].post_attention_layernorm(
+                model.model.embed_tokens(ids)))
+            model.model.layers[0].mlp.down_proj.weight[5].mul_(1e5 / float(mlp_out[..., 5].abs().max()))
+        model.to(dt).requires_grad_(False)
+        adapter = torch.nn.Linear(64, 128, bias=False, device=device)  # trainable, fp32 (LoRA-like)
+        torch.nn.init.zeros_(adapter.weight)
+        opt = torch.optim.AdamW(adapter.parameters(), lr=float(settings.get("learning_rate") or 5e-5))
+        losses, peak = [], 0.0
+        for _ in range(2):
+            out = model(input_ids=ids, output_hidden_states=True)
+            h = out.hidden_states[1].float().abs().nan_to_num(nan=math.inf)  # inf/NaN count as overflow
+            peak = max(peak, num(h.max()))
+            logits = out.logits.float() + adapter(out.hidden_states[-1].float())
+            loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 128), ids[:, 1:].reshape(-1))
+            opt.zero_grad()
+            loss.backward()
+            norm = grad_norm(adapter.parameters())
+            if math.isfinite(norm):  # AMP's loss scaler skips non-finite steps
+                opt.step()
+            losses.append(num(loss))
+        return {"compute_dtype": str(dt).replace("torch.", ""), "max_abs_activation": peak, "loss": losses[-1],
+                "logged_loss": hf_logged_loss(losses), "grad_norm": norm}
+
+
+def main() -> int:
+    return cli_main(FP16OutlierOverflow)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

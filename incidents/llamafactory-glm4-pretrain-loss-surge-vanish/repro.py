@@ -1,0 +1,63 @@
+"""Repro check: training (bf16 autocast on CUDA) of a tiny transformer with too large a step surges and then goes NaN (vanishes from a loss plot); a smaller step trains normally."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+
+from kb.repro.harness import ReproCheck, cli_main, num
+
+
+def hf_logged_loss(step_losses: list[float]) -> float:
+    """Loss the HF Trainer logs for one window: with logging_nan_inf_filter a NaN/inf step adds the running mean."""
+    tr_loss = 0.0
+    for n, loss in enumerate(step_losses, start=1):
+        tr_loss = tr_loss + tr_loss / n if not math.isfinite(loss) else tr_loss + loss
+    return tr_loss / max(len(step_losses), 1)
+
+def _tiny_llama():
+    from kb.repro.tiny import tiny_causal_lm
+
+    return tiny_causal_lm("llama", vocab_size=64, hidden_size=32, intermediate_size=64)
+
+
+def _batch() -> torch.Tensor:
+    return torch.randint(2, 64, (4, 16), generator=torch.Generator().manual_seed(1))
+
+
+
+class Bf16LrSurgeCheck(ReproCheck):
+    """Faulty: SGD step 50 under bf16 autocast; fixed: step 0.5. Shows the lr reading of a disputed incident."""
+
+    incident_id = "llamafactory-glm4-pretrain-loss-surge-vanish"
+    defaults: ClassVar[dict[str, Any]] = {"precision": "bf16", "learning_rate": 50.0, "finetuning_type": "full"}
+
+    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
+        return None, "disputed incident: lr divergence vs the ZeRO-2 overlap_comm defect; the run shows the lr reading"
+
+    def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
+        lr = float(settings.get("learning_rate") or 50.0) / (100.0 if fixed else 1.0)
+        model = _tiny_llama().to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        ids, losses = _batch().to(device), []
+        for _ in range(8):
+            # bf16 autocast on CUDA as reported; on CPU it only slows the run (the divergence does not depend on it)
+            with torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=device.startswith("cuda")):
+                loss = model(input_ids=ids, labels=ids).loss
+            opt.zero_grad()
+            loss.float().backward()
+            opt.step()
+            losses.append(num(loss))
+        plotted = [v for v in losses if math.isfinite(v)]
+        return {"lr": lr, "first_loss": losses[0], "peak_loss": max(plotted), "points_plotted": len(plotted),
+                "loss": losses[-1]}
+
+
+def main() -> int:
+    return cli_main(Bf16LrSurgeCheck)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,65 @@
+"""Repro check: a ZeRO++ hpZ-style secondary parameter copy read before its copy completes feeds NaN weights to backward; loss turns NaN and is logged as 0.0. Waiting for the copy stays finite."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+
+from kb.repro.harness import ReproCheck, cli_main, num
+
+
+def hf_logged_loss(step_losses: list[float]) -> float:
+    """Loss the HF Trainer logs for one window: with logging_nan_inf_filter a NaN/inf step adds the running mean."""
+    tr_loss = 0.0
+    for n, loss in enumerate(step_losses, start=1):
+        tr_loss = tr_loss + tr_loss / n if not math.isfinite(loss) else tr_loss + loss
+    return tr_loss / max(len(step_losses), 1)
+
+WORLD = 4  # ranks holding primary shards
+
+
+class HpzSecondaryRaceCheck(ReproCheck):
+    """Faulty: backward gathers from the node-local secondary copy before it is written; fixed: after the copy."""
+
+    incident_id = "ms-swift-zero3-offload-hpz-loss-zero"
+    defaults: ClassVar[dict[str, Any]] = {"zero_stage": 3, "zero_hpz_partition_size": 8}
+    frameworks = ("deepspeed",)
+    gpu_only_effect = True  # the real race needs asynchronous copies on a GPU
+
+    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
+        hpz = settings.get("zero_hpz_partition_size")
+        if hpz is None:
+            return None, "zero_hpz_partition_size not given"
+        return int(hpz) > 1, f"zero_hpz_partition_size={hpz}"
+
+    def failed(self, evidence: dict[str, Any]) -> bool:
+        return super().failed(evidence) or evidence.get("logged_loss") == 0.0
+
+    def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
+        w = torch.randn(16, device=device) * 0.1
+        shards = list(w.chunk(WORLD))
+        g = torch.Generator().manual_seed(3)
+        true_w = torch.randn(16, generator=g).to(device)
+        losses = []
+        for _ in range(6):
+            x = torch.randn(32, 16, generator=g).to(device)
+            y = x @ true_w
+            full = torch.cat(shards)  # forward all-gather from the primary partitions
+            losses.append(num(torch.nn.functional.mse_loss(x @ full, y)))
+            secondary = torch.full_like(full, float("nan"))  # freshly allocated node-local buffer
+            if fixed:
+                secondary.copy_(full)  # the copy completes before backward reads the buffer
+            wb = secondary.clone().requires_grad_(True)
+            torch.nn.functional.mse_loss(x @ wb, y).backward()
+            shards = list((full - 0.05 * wb.grad).chunk(WORLD))
+        return {"first_loss": losses[0], "loss": losses[-1], "logged_loss": hf_logged_loss(losses[1:])}
+
+
+def main() -> int:
+    return cli_main(HpzSecondaryRaceCheck)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,87 @@
+"""Repro check: TRL's IPO loss averages each completion's log-probs over its length; a sample whose prompt fills
+max_length keeps zero completion tokens, so the average is 0/0 = NaN. Flooring the length at 1 (or leaving room
+for the completion) keeps the IPO loss finite; the sigmoid loss on the same batch sums and stays finite."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from kb.repro.harness import ReproCheck, cli_main, grad_norm, num
+from kb.repro.tiny import TinyLM, scaled, token_logps
+
+LENGTH_AVERAGED = {"ipo", "simpo", "sigmoid_norm"}
+
+
+class IPOEmptyCompletion(ReproCheck):
+    """IPO on a batch with one normal pair and one pair whose prompt alone reaches max_length."""
+
+    incident_id = "trl-ipo-empty-completion-nan"
+    # The thread gives no lengths; a prompt budget equal to max_length is the configuration that empties completions.
+    defaults: ClassVar[dict[str, Any]] = {"loss_type": "ipo", "max_length": 1024, "max_prompt_length": 1024,
+                                          "beta": 0.1}
+    frameworks = ("trl",)
+
+    def settings_from_facts(self, facts: dict[str, Any]) -> dict[str, Any]:
+        s = super().settings_from_facts(facts)
+        if "loss_type" not in s and str(facts.get("algorithm", "")).lower() == "ipo":
+            s["loss_type"] = "ipo"
+        if facts.get("average_log_prob"):
+            s["average_log_prob"] = True
+        return s
+
+    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
+        averaged = str(settings.get("loss_type", "")).lower() in LENGTH_AVERAGED or bool(settings.get("average_log_prob"))
+        if not averaged:
+            return False, f"loss_type {settings.get('loss_type')!r} sums log-probs: an empty completion gives 0, not NaN"
+        ml, mpl = settings.get("max_length"), settings.get("max_prompt_length")
+        if ml is None:
+            return None, "max_length unknown"
+        if mpl is None:
+            return None, "no prompt budget: any prompt of max_length tokens or more leaves no completion token"
+        if mpl >= ml:
+            return True, f"max_prompt_length {mpl} >= max_length {ml}: a long prompt keeps 0 completion tokens"
+        return False, f"every truncated pair keeps at least {ml - mpl} completion tokens"
+
+    def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
+        ml = int(settings["max_length"])
+        mpl = int(settings.get("max_prompt_length") or ml)
+        ml, mpl = scaled(ml, 96, ml), scaled(mpl, 96, ml)
+        beta = float(settings.get("beta") or 0.1)
+        policy, ref = TinyLM().to(device), TinyLM().to(device)
+        ref.requires_grad_(False)
+        g = torch.Generator().manual_seed(0)
+
+        def rand(n: int) -> list[int]:
+            return torch.randint(2, 64, (n,), generator=g).tolist()
+
+        pairs = [(rand(ml // 4), rand(ml // 4), rand(ml // 4)), (rand(ml + 4), rand(ml // 4), rand(ml // 4))]
+        scores: dict[str, list[torch.Tensor]] = {"pc": [], "pr": [], "rc": [], "rr": []}
+        kept = []
+        for prompt, chosen, rejected in pairs:
+            p = prompt[-mpl:]  # prompt budget (keep_end)
+            for key, resp in (("c", chosen), ("r", rejected)):
+                seq = (p + resp)[:ml]  # then the pair is cut to max_length from the end (keep_start)
+                labels = torch.tensor([-100] * len(p) + resp, device=device)[: len(seq)]
+                ids = torch.tensor(seq, device=device)
+                n = (labels[1:] != -100).sum()
+                kept.append(int(n))
+                denom = n.clamp(min=1) if fixed else n  # the fix: floor the length at 1
+                for model, tag in ((policy, "p"), (ref, "r")):
+                    lp = token_logps(model(ids[:-1]), labels[1:]).sum()
+                    scores[tag + key].append(lp / denom)
+        pc, pr, rc, rr = (torch.stack(scores[k]) for k in ("pc", "pr", "rc", "rr"))
+        logits = (pc - pr) - (rc - rr)
+        loss = ((logits - 1 / (2 * beta)) ** 2).mean()  # IPO
+        loss.backward()
+        return {"max_length": ml, "max_prompt_length": mpl, "min_completion_tokens": min(kept),
+                "logps_chosen": num(pc.detach().mean()), "loss": num(loss), "grad_norm": grad_norm(policy.parameters())}
+
+
+def main() -> int:
+    return cli_main(IPOEmptyCompletion)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

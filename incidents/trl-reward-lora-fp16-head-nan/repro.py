@@ -1,0 +1,101 @@
+"""Repro check: a reward model loaded with torch_dtype half trains its `score` head as fp16 parameters; plain
+(non-fused) AdamW on fp16 parameters rounds eps 1e-8 to 0 and underflows second moments, so step 1 writes inf
+into the head and from step 2 the loss and grad_norm are NaN. fp32 trainable weights with autocast stay finite."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from kb.repro.harness import ReproCheck, Skip, cli_main, grad_norm, num
+from kb.repro.tiny import tiny_seq_cls, torch_dtype
+
+
+def _pairs(device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return (torch.randint(2, 128, (4, 12), generator=g).to(device), torch.randint(2, 128, (4, 12), generator=g).to(device))
+
+
+def _train(model: torch.nn.Module, params: list[torch.nn.Parameter], optim: str, device: str, amp: bool) -> dict:
+    """Three pairwise reward-loss steps; returns per-step loss / grad_norm and the head's max |w| after step 1."""
+    opt = torch.optim.AdamW(params, lr=1e-5, **({"fused": True} if optim.endswith("fused") else {"foreach": False}))
+    chosen, rejected = _pairs(device)
+    dev_type = "cuda" if device.startswith("cuda") else "cpu"
+    out: dict[str, Any] = {}
+    for step in (1, 2, 3):
+        with torch.autocast(dev_type, dtype=torch.float16, enabled=amp):
+            margin = model(chosen).logits.squeeze(-1).float() - model(rejected).logits.squeeze(-1).float()
+            loss = -F.logsigmoid(margin).mean()
+        opt.zero_grad()
+        loss.backward()
+        out[f"loss_step{step}"], out[f"grad_norm_step{step}"] = num(loss), grad_norm(params)
+        opt.step()
+        if step == 1:
+            out["head_max_abs_after_step1"] = max(float(p.detach().float().abs().max()) for p in params)
+    out["loss"], out["grad_norm"] = out["loss_step2"], out["grad_norm_step2"]
+    return out
+
+
+class RewardHeadFp16AdamW(ReproCheck):
+    """A tiny Qwen2 sequence classifier (reward model): frozen backbone, trainable `score` head."""
+
+    incident_id = "trl-reward-lora-fp16-head-nan"
+    defaults: ClassVar[dict[str, Any]] = {"algorithm": "RM", "weights_dtype": "fp16", "use_peft": True,
+                                          "lora_task_type": "SEQ_CLS", "gradient_accumulation_steps": 32}
+    frameworks = ("peft", "trl")
+
+    def settings_from_facts(self, facts: dict[str, Any]) -> dict[str, Any]:
+        s = super().settings_from_facts(facts)
+        if facts.get("optim"):
+            s["optim"] = facts["optim"]
+        return s
+
+    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
+        w, optim = settings.get("weights_dtype"), str(settings.get("optim") or "")
+        if w is None:
+            return None, "the dtype the model is loaded in (torch_dtype) is unknown"
+        if w != "fp16":
+            return False, f"weights loaded as {w}: the trainable head is not fp16"
+        if "fused" in optim:
+            return False, (f"optim {optim} computes AdamW in fp32, which hides the NaN; the head is still fp16 "
+                           "(load with torch_dtype auto to fix it)")
+        return True, (f"torch_dtype half leaves the trainable score head in fp16 and optim {optim or 'adamw_torch'} "
+                      "updates it in fp16 (eps 1e-8 -> 0): inf after step 1, NaN from step 2")
+
+    def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
+        dtype = torch.float32 if fixed else torch_dtype(settings.get("weights_dtype"))
+        model = tiny_seq_cls("qwen2", seed=0, dtype=dtype, device=device)
+        model.requires_grad_(False)
+        model.score.requires_grad_(True)
+        out = _train(model, list(model.score.parameters()), str(settings.get("optim") or "adamw_torch"), device,
+                     amp=dtype == torch.float32)
+        return {"head_dtype": str(model.score.weight.dtype).replace("torch.", ""), **out}
+
+    def run_framework(self, settings: dict[str, Any], device: str) -> dict[str, Any]:
+        """PEFT's LoRA SEQ_CLS on a model loaded in fp16: which dtypes does it train, and does it go NaN?"""
+        try:
+            import peft
+        except ImportError:
+            raise Skip("peft is not installed") from None
+        model = tiny_seq_cls("qwen2", seed=0, dtype=torch_dtype(settings.get("weights_dtype")), device=device)
+        cfg = peft.LoraConfig(task_type=str(settings.get("lora_task_type") or "SEQ_CLS"), r=4, lora_alpha=8,
+                              target_modules=["q_proj", "v_proj"])
+        model = peft.get_peft_model(model, cfg)
+        params = [p for p in model.parameters() if p.requires_grad]
+        dtypes = {n.split(".")[-2] if "lora" in n else "score": str(p.dtype).replace("torch.", "")
+                  for n, p in model.named_parameters() if p.requires_grad}
+        out = _train(model, params, str(settings.get("optim") or "adamw_torch"), device, amp=False)
+        score_fp16 = any(k == "score" and v == "float16" for k, v in dtypes.items())
+        return {"peft": peft.__version__, "score_dtype": dtypes.get("score", "?"),
+                "lora_dtype": next((v for k, v in dtypes.items() if k != "score"), "?"),
+                "affected": int(score_fp16 and out["grad_norm"] != out["grad_norm"]), **out}
+
+
+def main() -> int:
+    return cli_main(RewardHeadFp16AdamW)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""Repro check: SimPO with max_prompt_length >= max_length truncates long samples to an empty response; the
+length-averaged log-prob is then 0/0 = NaN. Leaving room for the response keeps the loss finite."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from kb.repro.harness import ReproCheck, Skip, cli_main, grad_norm, num
+from kb.repro.tiny import TinyLM, scaled, token_logps
+
+LENGTH_NORMALISED = {"simpo", "ipo"}  # loss types that divide summed log-probs by the response length
+
+
+def truncate(prompt: list[int], response: list[int], max_length: int, max_prompt_length: int) -> list[int]:
+    """TRL's CPO/SimPO tokenize_row order: cut the prompt to max_prompt_length, then the response to
+    max_length - max_prompt_length when the pair is still too long. Returns the kept response."""
+    if len(prompt) + len(response) > max_length:
+        prompt = prompt[-max_prompt_length:]  # truncation_mode keep_end
+        if len(prompt) + len(response) > max_length:
+            response = response[: max(0, max_length - max_prompt_length)]
+    return response
+
+
+class SimPOEmptyResponse(ReproCheck):
+    """SimPO loss on a batch holding one sample longer than max_length (TRL CPOTrainer, loss_type simpo)."""
+
+    incident_id = "trl-simpo-empty-response-nan"
+    defaults: ClassVar[dict[str, Any]] = {"algorithm": "SimPO", "loss_type": "simpo", "max_length": 2048, "max_prompt_length": 2048,
+                                         "beta": 2.0}
+    frameworks = ("trl",)
+
+    def settings_from_facts(self, facts: dict[str, Any]) -> dict[str, Any]:
+        s = super().settings_from_facts(facts)
+        if "loss_type" not in s and str(facts.get("algorithm", "")).lower() == "simpo":
+            s["loss_type"] = "simpo"
+        return s
+
+    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
+        ml, mpl = settings.get("max_length"), settings.get("max_prompt_length")
+        normalised = settings.get("loss_type") in LENGTH_NORMALISED or bool(settings.get("average_log_prob"))
+        if not normalised:
+            return False, f"loss_type {settings.get('loss_type')!r} sums log-probs: an empty response gives 0, not NaN"
+        if ml is None or mpl is None:
+            return None, "max_length / max_prompt_length unknown"
+        if mpl >= ml:
+            return True, f"max_prompt_length {mpl} >= max_length {ml}: any sample longer than {ml} tokens keeps 0 response tokens"
+        return False, f"every truncated sample keeps {ml - mpl} response tokens"
+
+    def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
+        ml, mpl = int(settings["max_length"]), int(settings["max_prompt_length"])
+        ml, mpl = scaled(ml, 128, ml), scaled(mpl, 128, ml)  # same ratio, CPU-sized
+        if fixed and mpl >= ml:
+            mpl = ml // 2  # the fix: leave room for the response
+        beta, gamma = float(settings.get("beta", 2.0)), 0.5
+        model = TinyLM().to(device)
+        g = torch.Generator().manual_seed(0)
+
+        def rand(n: int) -> list[int]:
+            return torch.randint(2, 64, (n,), generator=g).tolist()
+
+        # One sample that fits and one whose prompt alone is longer than max_length.
+        samples = [(rand(ml // 4), rand(ml // 4), rand(ml // 4)), (rand(ml + 8), rand(ml // 4), rand(ml // 4))]
+        avg, kept = [], []
+        for prompt, chosen, rejected in samples:
+            for response in (chosen, rejected):
+                resp = truncate(prompt, response, ml, mpl)
+                kept.append(len(resp))
+                p = prompt[-mpl:] if len(prompt) + len(response) > ml else prompt
+                ids = torch.tensor(p + resp, device=device)
+                labels = torch.tensor([-100] * len(p) + resp, device=device)
+                lp = token_logps(model(ids[:-1]), labels[1:])
+                n = (labels[1:] != -100).sum()
+                avg.append(lp.sum() / n)  # SimPO: length-averaged log-prob; n == 0 -> 0/0
+        chosen_avg, rejected_avg = torch.stack(avg[0::2]), torch.stack(avg[1::2])
+        loss = -F.logsigmoid(beta * (chosen_avg - rejected_avg) - gamma).mean()
+        loss.backward()
+        return {"max_length": ml, "max_prompt_length": mpl, "min_response_tokens": min(kept),
+                "loss": num(loss), "grad_norm": grad_norm(model.parameters())}
+
+    def run_framework(self, settings: dict[str, Any], device: str) -> dict[str, Any]:
+        try:
+            import trl
+        except ImportError:
+            raise Skip("trl is not installed") from None
+        raise Skip(f"trl {trl.__version__} is installed but its CPOTrainer run needs a tokenizer and a dataset; "
+                   "not automated here (trl 0.16.1 reproduces; 1.16.0 still NaN with a prompt longer than max_length)")
+
+
+def main() -> int:
+    return cli_main(SimPOEmptyResponse)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,36 @@
+"""`kb eval FILE.jsonl`: diagnosis accuracy (top-1/top-3, MRR, abstention) per language and kind, per mode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kb.commands._common import open_kb, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("eval", help="evaluate diagnosis on a labelled JSONL set (query, expected_category)")
+    p.add_argument("file", help="JSONL with query, expected_category (null = should abstain), lang, kind")
+    p.add_argument("--mode", default="full", choices=["bm25", "dense", "hybrid", "full", "all"],
+                   help="bm25 | dense | hybrid retrieval alone, full = hybrid + triggers + signatures; all = each")
+    p.add_argument("--calibrate", action="store_true",
+                   help="refit the confidence calibration on FILE and write kb/diagnose/calibration.json")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from kb.diagnose.evaluate import calibrate, evaluate, format_report, load_eval_set
+
+    rows = load_eval_set(args.file)
+    kb = open_kb(args)
+    if args.calibrate:
+        data = calibrate(kb, rows)
+        print_json(data) if args.json else print(f"calibration written: {data}")
+        return 0
+    modes = ["bm25", "dense", "hybrid", "full"] if args.mode == "all" else [args.mode]
+    reports = [evaluate(kb, rows, mode=m) for m in modes]
+    if args.json:
+        print_json(reports[0] if len(reports) == 1 else {"file": str(Path(args.file)), "modes": reports})
+        return 0
+    print("\n\n".join(format_report(r) for r in reports))
+    return 0

@@ -1,0 +1,130 @@
+"""`kb repro`: run an incident's repro check (on the reported settings or the user's), or all of them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kb.errors import InputError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("repro", help="run repro checks: does the mechanism reproduce, do my settings trigger it",
+                              description="Run incidents/<id>/repro.py in a subprocess and print its verdict. "
+                                          "Exit 0: confirmed, 1: not confirmed, 2: error or timeout, 3: unknown id.")
+    p.add_argument("incident_id", nargs="?", help="incident id (folder name under incidents/)")
+    p.add_argument("--all", action="store_true", help="run every check and print a table")
+    p.add_argument("--list", action="store_true", help="list the incidents that have a repro check")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="auto: CUDA when present")
+    p.add_argument("--config", help="your training config / command line / log: run with your settings")
+    p.add_argument("--facts", help="facts JSON (canonical key -> value, or `kb diagnose --json` output)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="one setting (canonical key or any alias, e.g. --set max_length=2048); repeatable")
+    p.add_argument("--data", help="your JSONL data: count samples with an empty response / label-less SP shard")
+    p.add_argument("--tokenizer", help="local tokenizer folder for --data (no downloads)")
+    p.add_argument("--limit", type=int, help="--data: check at most this many samples")
+    p.add_argument("--timeout", type=float, default=180.0, help="seconds per check (default 180)")
+    p.add_argument("--no-framework", action="store_true", help="skip framework-level checks (trl, peft, ...)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)
+
+
+def _user_facts(args) -> dict[str, Any]:
+    from kb.repro import user
+
+    facts: dict[str, Any] = {}
+    if args.config:
+        facts.update(user.facts_from_config(args.config))
+    if args.facts:
+        facts.update(user.facts_from_json(args.facts))
+    facts.update(user.facts_from_pairs(args.set))
+    return facts
+
+
+def _evidence_line(ev: dict[str, Any], keys: tuple[str, ...] = ("loss", "nll_loss", "grad_norm")) -> str:
+    return " ".join(f"{k}={_fmt(ev[k])}" for k in keys if k in ev) or "-"
+
+
+def _fmt(x: Any) -> str:
+    return f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def _table(verdicts) -> str:
+    from kb.commands._common import table
+
+    rows = []
+    for v in verdicts:
+        state = "ERROR" if v.error else ("confirmed" if v.confirmed else "not confirmed")
+        trig = {True: "yes", False: "no", None: "?"}[v.user_settings_trigger]
+        rows.append([v.incident_id, state, str(v.reproduced), str(v.fixed), trig, v.device,
+                     _evidence_line(v.evidence.get("faulty", {})), _evidence_line(v.evidence.get("fixed", {})),
+                     f"{v.seconds:.1f}", v.error or ""])
+    return table(["incident", "verdict", "reproduced", "fixed", "trigger", "device", "faulty", "fixed run", "s",
+                  "error"], rows, max_col=48)
+
+
+def run(args) -> int:
+    from kb.repro import runner
+
+    if args.list:
+        ids = runner.list_checks(args.incidents_dir)
+        print(json.dumps(ids) if args.json else "\n".join(ids))
+        return 0
+    if args.all:
+        verdicts = runner.run_all(args.incidents_dir, args.device, timeout=args.timeout,
+                                  framework=not args.no_framework)
+        if args.json:
+            print(json.dumps([v.model_dump(mode="json") for v in verdicts], ensure_ascii=False, indent=2))
+        else:
+            print(_table(verdicts))
+        if any(v.error for v in verdicts):
+            return 2
+        return 0 if all(v.reproduced and v.fixed for v in verdicts) else 1
+    if not args.incident_id:
+        raise InputError("give an incident id, --all or --list")
+    facts = _user_facts(args)
+    report = None
+    if args.data:
+        report = _data_report(args, facts)
+    verdict = runner.run_check(args.incident_id, args.incidents_dir, args.device, facts=facts or None,
+                               timeout=args.timeout, framework=not args.no_framework)
+    if report is not None and report.triggered:
+        verdict.notes.append(f"your data: {report.empty_response} samples with an empty response, "
+                             f"{report.label_less_shard} with a label-less shard")
+        if verdict.user_settings_trigger is None:  # settings could not tell; the data can
+            verdict.user_settings_trigger = True
+    if args.json:
+        out = verdict.model_dump(mode="json")
+        if report is not None:
+            out["data"] = report.model_dump()
+        print(json.dumps(out, ensure_ascii=False, indent=2))
+    else:
+        from kb.repro.harness import summary
+
+        print(summary(verdict))
+        if report is not None:
+            print(_data_summary(report))
+    return verdict.exit_code
+
+
+def _data_report(args, facts: dict[str, Any]):
+    from kb.repro.data_check import check_data
+
+    if not args.tokenizer:
+        raise InputError("--data needs --tokenizer PATH (a local tokenizer folder)")
+    if not facts.get("max_length"):
+        raise InputError("--data needs max_length: give --config or --set max_length=N")
+    return check_data(args.data, args.tokenizer, int(facts["max_length"]), facts.get("max_prompt_length"),
+                      facts.get("sequence_parallel_size") or 1, limit=args.limit)
+
+
+def _data_summary(r) -> str:
+    head = (f"data: {r.samples} samples (max_length {r.max_length}, max_prompt_length {r.max_prompt_length}, "
+            f"sequence_parallel_size {r.sequence_parallel_size}; longest prompt {r.longest_prompt_tokens} tokens)")
+    lines = [head,
+             f"  empty response after truncation: {r.empty_response}"
+             + (f" (lines {r.empty_response_lines})" if r.empty_response_lines else "")]
+    if r.sequence_parallel_size > 1:
+        lines.append(f"  a shard without labels: {r.label_less_shard}"
+                     + (f" (lines {r.label_less_shard_lines})" if r.label_less_shard_lines else ""))
+    return "\n".join(lines)

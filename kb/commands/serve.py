@@ -1,0 +1,38 @@
+"""`kb serve`: run the HTTP API (REST + chat-ops) under uvicorn."""
+
+from __future__ import annotations
+
+import os
+
+
+def register(sub) -> None:
+    p = sub.add_parser("serve", help="run the HTTP API (FastAPI under uvicorn)")
+    p.add_argument("--host", default=os.environ.get("KB_HOST", "127.0.0.1"),
+                   help="bind address (default 127.0.0.1; env KB_HOST; 0.0.0.0 in a container)")
+    p.add_argument("--port", type=int, default=int(os.environ.get("KB_PORT", "8000")),
+                   help="port (default 8000; env KB_PORT)")
+    p.add_argument("--workers", type=int, default=int(os.environ.get("KB_WORKERS", "1")),
+                   help="worker processes (default 1; each loads the index)")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    # Imported here so the library (and every other command) never imports the HTTP layer.
+    import uvicorn
+
+    # Workers are separate processes that build the app from the environment (uvicorn --factory),
+    # so the global flags travel as environment variables.
+    for flag, env in (("data_dir", "KB_DATA_DIR"), ("incidents_dir", "KB_INCIDENTS_DIR"),
+                      ("model", "KB_EMBED_MODEL")):
+        value = getattr(args, flag, None)
+        if value:
+            os.environ[env] = str(value)
+    if args.workers > 1:
+        # Build the index once here, before the workers start, so they do not race to build it.
+        from kb.commands._common import open_kb
+
+        open_kb(args, progress=False).build_index()
+    uvicorn.run("api.app:create_app", factory=True, host=args.host, port=args.port,
+                workers=max(1, args.workers), log_level=args.log_level, proxy_headers=True)
+    return 0

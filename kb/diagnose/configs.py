@@ -1,0 +1,309 @@
+"""Config parsing: YAML / JSON (DeepSpeed) blocks, `key=value` lines, Python calls (`SomeConfig(...)`,
+`from_pretrained(torch_dtype=...)`, `model.half()`) and command lines of each framework -> canonical facts."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from typing import Any
+
+from kb.canonical import PRECISION_FLAGS, canonical, canonical_algorithm, canonical_key, spec
+from kb.diagnose.facts import Facts
+
+# Words just before a setting that say it is the fix, not the failing run ("changed it to torch_dtype=fp32").
+FIX_CUE = re.compile(r"(?:chang(?:e|ed|ing)\b.{0,25}\bto\b|switch(?:ed|ing)? (?:it )?to|instead|replac\w*|set it to|"
+                     r"work(?:s|ed)? (?:with|when|after)|fixed (?:it )?(?:by|with)|solved by|改为|改成|换成|换为|"
+                     r"调整到|调整为|改用|设置成|试试|就好了|后正常)", re.IGNORECASE)
+_KV_LINE = re.compile(r"^\s*(?:-\s+)?[\"']?(?P<k>[A-Za-z_][\w.\-/]*)[\"']?\s*(?P<sep>[:=])\s*(?P<v>.*?)\s*,?\s*$")
+_BLOCK_OPEN = re.compile(r"^\s*(?:-\s+)?[\"']?(?P<k>[A-Za-z_][\w.\-/]*)[\"']?\s*[:=]\s*(?:\{|dict\()?\s*(?:#.*)?$")
+_INLINE_KV = re.compile(r"(?<![\w.\-])(?P<k>[A-Za-z_][\w.]*)\s*(?<![=!<>])=(?!=)\s*"
+                        r"(?P<v>\"[^\"]*\"|'[^']*'|torch\.\w+|[^\s,()\[\]{}，）（；。、]+)")
+_FLAG = re.compile(r"(?<![\w\-])--(?P<k>[A-Za-z][\w.\-]*)(?:[ =](?P<v>(?!--)[^\s\\]+))?")
+_PROSE_KV = re.compile(r"(?<![\w\-])(?P<k>[A-Za-z]+_[A-Za-z_]+)\s*(?:设置为|设为|为|is|of|set to|[:=])?\s*"
+                       r"(?P<v>[A-Za-z0-9][\w.\-]*)")
+_HALF_CALL = re.compile(r"\b(?P<obj>\w*model\w*)\s*(?:=\s*\w+)?\.(?:half\(\)|to\(\s*(?:dtype\s*=\s*)?torch\.(?:float16|half)\s*\))",
+                        re.IGNORECASE)
+_AUTOCAST = re.compile(r"autocast\([^)]*dtype\s*=\s*torch\.(?P<d>float16|half|bfloat16)|GradScaler\(", re.IGNORECASE)
+_LAUNCHERS = ("swift", "deepspeed", "torchrun", "accelerate", "python", "python3", "llamafactory-cli", "xtuner",
+              "trl", "bash", "sh", "srun", "ray", "openrlhf", "colossalai", "tune", "axolotl")
+_ENV_ASSIGN = re.compile(r"^[A-Z_][A-Z0-9_]*=\S*$")
+_SCRIPT_ALGO = re.compile(r"(?:^|[/_\-])(sft|dpo|kto|orpo|simpo|cpo|ipo|ppo|grpo|rm|reward_modeling|reward|pretrain|"
+                          r"pretraining|pt)(?:[_\-.]|$)", re.IGNORECASE)
+_DS_STAGE = re.compile(r"(?:zero|z|stage)[_\-]?([0-3])(?!\d)", re.IGNORECASE)
+
+
+def _is_bool(raw_key: str) -> bool:
+    k = canonical_key(raw_key)
+    sp = spec(k) if k else None
+    return (sp is not None and sp.kind == "bool") or raw_key.lower().strip("-") in PRECISION_FLAGS
+
+
+def _clean_value(v: str) -> str:
+    v = re.sub(r"\s+#.*$", "", v).strip().rstrip(",").strip()
+    return v.strip("'\"")
+
+
+def _set_config(facts: Facts, raw_key: str, raw_value: Any, n: int, detail: str, source: str, kind: str = "config",
+                fix: bool = False) -> str | None:
+    got = canonical(raw_key, raw_value)
+    if got is None:
+        return None
+    key, value = got
+    if fix:
+        facts.add("fix_changes", f"{key}={value}", "text", n, detail, source)
+        if key in ("precision", "weights_dtype") and value in ("bf16", "fp32"):
+            facts.set("working_dtype", value, "text", n, detail, source)
+        return key
+    facts.set(key, value, kind, n, detail, source)
+    if key == "deepspeed_config":
+        m = _DS_STAGE.search(str(value).rsplit("/", 1)[-1])
+        if m:
+            facts.set("zero_stage", int(m.group(1)), kind, n, detail, source)
+    if key == "loss_type" and str(value).lower() in ("simpo",):
+        facts.set("algorithm", "SimPO", kind, n, detail, source)
+    return key
+
+
+def _flatten(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+    elif not isinstance(obj, list):
+        out.append((prefix, obj))
+    return out
+
+
+def _line_of(lines: list[tuple[int, str]], key: str, default: int) -> int:
+    last = key.rsplit(".", 1)[-1]
+    for n, s in lines:
+        if re.search(r"[\"']?" + re.escape(last) + r"[\"']?\s*[:=]", s):
+            return n
+    return default
+
+
+def _is_fix_context(s: str, start: int) -> bool:
+    return bool(FIX_CUE.search(s[max(0, start - 60):start]))
+
+
+def structured(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
+    """YAML and pretty-printed JSON (nested keys become dotted paths) plus `key = value` lines."""
+    stack: list[tuple[int, str]] = []
+    for n, s in lines:
+        if not s.strip() or s.lstrip().startswith("#"):
+            continue
+        indent = len(s) - len(s.lstrip(" \t"))
+        while stack and indent <= stack[-1][0]:
+            stack.pop()
+        stripped = s.strip()
+        if stripped in ("}", "},", ")", "),"):
+            continue
+        m = _BLOCK_OPEN.match(s)
+        if m:
+            stack.append((indent, m.group("k")))
+            continue
+        m = _KV_LINE.match(s)
+        if not m or len(m.group("v")) > 300:
+            continue
+        k, v = m.group("k"), _clean_value(m.group("v"))
+        if v.startswith("{") and v.endswith("}"):
+            try:
+                for sub, sv in _flatten(json.loads(v), k):
+                    _set_config(facts, sub, sv, n, stripped, source)
+            except ValueError:
+                pass
+            continue
+        path = ".".join([x for _, x in stack] + [k])
+        if _set_config(facts, path, v, n, stripped, source) is None and path != k:
+            _set_config(facts, k, v, n, stripped, source)
+
+
+def whole_json(text: str, lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
+    """A paste that is one JSON document (DeepSpeed config, trainer_state.json); truncated JSON -> a warning."""
+    t = text.strip()
+    if not t.startswith("{"):
+        return
+    try:
+        obj = json.loads(t)
+    except ValueError as e:
+        obj = _close_truncated(t)
+        if obj is None:
+            facts.warnings.append(f"{source}: looks like JSON but does not parse ({e}); read it line by line")
+            return
+        facts.warnings.append(f"{source}: JSON is truncated ({e}); read what is there")
+    if isinstance(obj, dict):
+        for path, v in _flatten(obj):
+            _set_config(facts, path, v, _line_of(lines, path, 1), f"{path}: {json.dumps(v)}", source)
+        hist = obj.get("log_history")
+        if isinstance(hist, list):
+            # trainer_state.json: one metric record per entry, same rules as log lines.
+            from kb.diagnose import logs
+
+            synthetic = [(1, json.dumps(h)) for h in hist if isinstance(h, dict)]
+            logs.metric_facts(logs.parse_metric_records(synthetic), facts, source)
+
+
+def _close_truncated(t: str) -> Any:
+    """A JSON document cut off mid-way, closed with the brackets it still owes (None if that does not help)."""
+    body = re.sub(r",\s*$", "", re.sub(r",?\s*\"[^\"]*\"?\s*:?\s*$", "", t)) if not t.rstrip().endswith(("}", "]")) else t
+    stack: list[str] = []
+    in_str = esc = False
+    for ch in body:
+        if in_str:
+            esc = ch == "\\" and not esc
+            if ch == '"' and not esc:
+                in_str = False
+            continue
+        if ch == '"':
+            in_str = True
+        elif ch in "{[":
+            stack.append("}" if ch == "{" else "]")
+        elif ch in "}]" and stack:
+            stack.pop()
+    for candidate in (t + "".join(reversed(stack)), body + "".join(reversed(stack))):
+        try:
+            return json.loads(candidate)
+        except ValueError:
+            continue
+    return None
+
+
+def inline(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
+    """`key=value` inside Python calls and prose, `--flag value` fragments, `model.half()`, autocast."""
+    for n, s in lines:
+        for m in _INLINE_KV.finditer(s):
+            if canonical_key(m.group("k")) or m.group("k").lower() in ("fp16", "bf16", "half"):
+                _set_config(facts, m.group("k"), _clean_value(m.group("v")), n, s.strip(), source,
+                            fix=_is_fix_context(s, m.start()))
+        if "--" in s:
+            for m in _FLAG.finditer(s):
+                v = m.group("v")
+                val = _clean_value(v) if v else "true"
+                key = _set_config(facts, m.group("k"), val, n, s.strip(), source, fix=_is_fix_context(s, m.start()))
+                if key is None and v and _is_bool(m.group("k")):  # `--vanilla_loss x.py`: a flag, then a positional
+                    _set_config(facts, m.group("k"), "true", n, s.strip(), source)
+        for m in _PROSE_KV.finditer(s):
+            if canonical_key(m.group("k")) and not re.search(r"[:=]\s*$", s[: m.start()]):
+                _set_config(facts, m.group("k"), m.group("v"), n, s.strip(), source, kind="text",
+                            fix=_is_fix_context(s, m.start()))
+        m = _HALF_CALL.search(s)
+        if m:
+            _set_config(facts, "model.half", "half", n, s.strip(), source, fix=_is_fix_context(s, m.start()))
+        m = _AUTOCAST.search(s)
+        if m:
+            d = m.group("d") or "fp16"
+            _set_config(facts, "mixed_precision", d, n, s.strip(), source)
+
+
+def logical_commands(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """Join backslash continuations; keep lines that start (after VAR=x assignments) with a launcher."""
+    out: list[tuple[int, str]] = []
+    buf: list[str] = []
+    start = 0
+    for n, s in lines:
+        if not buf:
+            start = n
+        cont = s.rstrip().endswith("\\")
+        buf.append(s.rstrip().rstrip("\\"))
+        if cont:
+            continue
+        joined = " ".join(x.strip() for x in buf)
+        buf = []
+        toks = joined.split()
+        i = 0
+        while i < len(toks) and _ENV_ASSIGN.match(toks[i]):
+            i += 1
+        if i < len(toks) and (toks[i].lower() in _LAUNCHERS or toks[i].endswith(".py") or toks[i].endswith(".sh")):
+            out.append((start, joined))
+    if buf:
+        out.append((start, " ".join(x.strip() for x in buf)))
+    return out
+
+
+def command(n: int, cmd: str, facts: Facts, source: str) -> None:
+    detail = cmd if len(cmd) < 300 else cmd[:297] + "…"
+    try:
+        toks = shlex.split(cmd, comments=False)
+    except ValueError:
+        toks = cmd.split()
+    env: dict[str, str] = {}
+    while toks and _ENV_ASSIGN.match(toks[0]):
+        k, _, v = toks.pop(0).partition("=")
+        env[k] = v
+    if "NPROC_PER_NODE" in env:
+        _set_config(facts, "nproc_per_node", env["NPROC_PER_NODE"], n, detail, source)
+    elif env.get("CUDA_VISIBLE_DEVICES"):
+        facts.set("num_gpus", len(env["CUDA_VISIBLE_DEVICES"].split(",")), "config", n, detail, source)
+    if not toks:
+        return
+    head = toks[0].lower()
+    lowered = [t.lower() for t in toks]
+    joined = " ".join(lowered)
+
+    def fw(name: str, kind: str = "config") -> None:
+        facts.set("framework", name, kind, n, detail, source)
+
+    def algo(name: str | None, kind: str = "config") -> None:
+        if name:
+            facts.set("algorithm", name, kind, n, detail, source)
+
+    if head == "swift":
+        fw("ms-swift")
+        sub = lowered[1] if len(lowered) > 1 else ""
+        algo({"sft": "SFT", "pt": "pretrain"}.get(sub))
+    elif head == "llamafactory-cli" or re.search(r"src/train(?:_bash)?\.py", joined):
+        fw("LLaMA-Factory")
+    elif "verl.trainer" in joined:
+        fw("verl")
+        if "main_ppo" in joined and "adv_estimator" not in joined:
+            algo("PPO", "text")
+    elif "openrlhf.cli" in joined:
+        fw("OpenRLHF")
+    elif head == "xtuner":
+        fw("xtuner")
+    elif head == "trl" and len(toks) > 1:
+        fw("trl")
+        algo(canonical_algorithm(lowered[1]))
+    scripts = [t for t in toks if ".py" in t or t.startswith("openrlhf.cli") or "verl.trainer" in t]
+    for sc in scripts:
+        base = re.sub(r".*?(?=train_)", "", sc.rsplit("/", 1)[-1]) if "train_" in sc else sc.rsplit("/", 1)[-1]
+        m = _SCRIPT_ALGO.search(base.replace(".py", ""))
+        if m and "verl.trainer" not in sc:  # verl's main_ppo runs every RL algorithm
+            algo(canonical_algorithm(m.group(1).replace("_", " ").replace("reward modeling", "reward modeling")),
+                 "config")
+        if re.search(r"train_(?:kto|dpo|rm|ppo|sft|grpo)\.py", sc) and head == "deepspeed" and "framework" not in facts:
+            fw("OpenRLHF", "text")  # OpenRLHF's pre-0.4 entry scripts; weak, hence "text"
+        if "examples/scripts/" in sc:
+            fw("trl", "text")
+    # --key value / --key=value / --flag, and hydra overrides a.b.c=value
+    i = 1
+    while i < len(toks):
+        t = toks[i]
+        if t.startswith("--") and len(t) > 2:
+            if "=" in t:
+                k, v = t[2:].split("=", 1)
+                i += 1
+            elif i + 1 < len(toks) and not toks[i + 1].startswith("--"):
+                k, v = t[2:], toks[i + 1]
+                i += 2
+            else:
+                k, v = t[2:], "true"
+                i += 1
+            if _set_config(facts, k, _clean_value(v), n, detail, source) is None and v != "true" and _is_bool(k):
+                _set_config(facts, k, "true", n, detail, source)
+            continue
+        if "=" in t and not t.startswith("-"):
+            k, v = t.split("=", 1)
+            if re.fullmatch(r"[+~]?[A-Za-z_][\w.]*", k):
+                _set_config(facts, k.lstrip("+~"), _clean_value(v), n, detail, source)
+        i += 1
+
+
+def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
+    text = "\n".join(s for _, s in lines)
+    whole_json(text, lines, facts, source)
+    for n, cmd in logical_commands(lines):
+        command(n, cmd, facts, source)
+    structured(lines, facts, source)
+    inline(lines, facts, source)

@@ -1,0 +1,315 @@
+"""Diagnosis engine: facts + incident triggers + signatures + hybrid retrieval -> ranked, calibrated diagnoses."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kb.diagnose.facts import Fact, Facts, check_text, extract_facts, numbered_lines
+from kb.diagnose.logs import OUT_OF_SCOPE_ERRORS
+from kb.diagnose.models import Diagnosis, DiagnosisItem, Evidence
+from kb.diagnose.triggers import SignatureHit, TriggerResult, describe, evaluate_trigger, match_signatures
+from kb.errors import KBError
+from kb.records import Incident
+
+if TYPE_CHECKING:
+    from kb.kb import KnowledgeBase
+
+MODES = ("bm25", "dense", "hybrid", "full")
+FEATURES = ("trigger", "partial", "blocked", "signature", "meta", "retrieval", "top_retrieval", "dense", "symptom")
+FEATURE_SIGNS = {"trigger": 1, "partial": 1, "blocked": -1, "signature": 1, "meta": 1, "retrieval": 1,
+                 "top_retrieval": 1, "dense": 1, "symptom": 0}
+CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
+# Hand-set starting weights (logit scale); `kb eval --calibrate` refits them on a labelled set (docs/DIAGNOSE.md).
+DEFAULT_WEIGHTS = {"bias": -4.0, "trigger": 3.0, "partial": 1.0, "blocked": -2.5, "signature": 1.5, "meta": 1.5,
+                   "retrieval": 2.0, "top_retrieval": 0.8, "dense": 1.0, "symptom": 0.8}
+ABSTAIN_BELOW = 0.25
+RETRIEVAL_K = 20
+_QUERY_CHARS = 4000
+
+
+def _weights() -> tuple[dict[str, float], float]:
+    if CALIBRATION_FILE.is_file():
+        try:
+            data = json.loads(CALIBRATION_FILE.read_text(encoding="utf-8"))
+            return {**DEFAULT_WEIGHTS, **data.get("weights", {})}, float(data.get("abstain_below", ABSTAIN_BELOW))
+        except (ValueError, OSError):
+            pass
+    return dict(DEFAULT_WEIGHTS), ABSTAIN_BELOW
+
+
+@dataclass
+class Candidate:
+    incident: Incident
+    features: dict[str, float] = field(default_factory=dict)
+    triggers: list[TriggerResult] = field(default_factory=list)
+    signatures: list[SignatureHit] = field(default_factory=list)
+    meta: list[tuple[str, Fact]] = field(default_factory=list)
+    retrieval: Any = None
+    score: float = 0.0
+
+    @property
+    def fired(self) -> list[TriggerResult]:
+        return [t for t in self.triggers if t.fired]
+
+
+def _inputs(log: str | None, config: str | None, question: str | None, text: str | None) -> list[tuple[str, str]]:
+    out = []
+    for name, value in (("question", question), ("text", text), ("config", config), ("log", log)):
+        if value is not None and (isinstance(value, bytes) or value.strip()):
+            out.append((name, check_text(value, name)))
+    return out
+
+
+def collect_facts(inputs: list[tuple[str, str]]) -> tuple[Facts, list[tuple[str, int, str]]]:
+    facts = Facts()
+    lines: list[tuple[str, int, str]] = []
+    for name, value in inputs:
+        facts.merge(extract_facts(value, source=name))
+        numbered, _ = numbered_lines(value, name)
+        lines += [(name, n, s) for n, s in numbered]
+    return facts, lines
+
+
+def retrieval_query(inputs: list[tuple[str, str]], facts: Facts) -> str:
+    """The text sent to retrieval: the whole paste when short, else prose + error/metric lines + config facts."""
+    whole = "\n".join(v for _, v in inputs)
+    if len(whole) <= _QUERY_CHARS:
+        return whole
+    keep: list[str] = []
+    for key in ("errors", "nan_metrics", "zero_metrics", "huge_metrics"):
+        for f in facts.elements.get(key, {}).values():
+            keep.append(f.detail[:300])
+    for name, value in inputs:
+        if name in ("question", "text"):
+            keep.insert(0, value[:1500])
+    keep.append(" ".join(f"{k} {v.value}" for k, v in facts.items.items() if v.kind == "config"))
+    return "\n".join(dict.fromkeys(keep))[: _QUERY_CHARS * 2]
+
+
+def in_scope(facts: Facts) -> bool:
+    errs = set(facts.value("errors", []))
+    return bool(facts.value("symptom") or facts.value("nan_metrics") or facts.value("zero_metrics")
+                or facts.value("huge_metrics") or facts.value("output_collapse") or (errs - OUT_OF_SCOPE_ERRORS))
+
+
+def _meta_matches(inc: Incident, facts: Facts) -> list[tuple[str, Fact]]:
+    """Structured fields of the incident that the paste agrees with (algorithm, framework, precision, config)."""
+    from kb.diagnose.triggers import _eq, _norm
+
+    out: list[tuple[str, Fact]] = []
+    alg = facts.get("algorithm")
+    if alg and inc.algorithm not in ("unknown", "") and _eq(str(alg.value), inc.algorithm.split()[0]):
+        out.append((f"algorithm {inc.algorithm}", alg))
+    fw = facts.get("framework")
+    if fw and inc.framework.name not in ("unknown", "") and _eq(str(fw.value), inc.framework.name):
+        out.append((f"framework {inc.framework.name}", fw))
+    if inc.precision in ("fp16", "bf16", "fp32"):
+        for key in ("precision", "weights_dtype"):
+            f = facts.get(key)
+            if f and f.value == inc.precision and inc.precision == "fp16":
+                out.append((f"{key} {inc.precision}", f))
+                break
+    for key, want in inc.config.items():
+        f = facts.get(key)
+        if f is None or key in ("precision", "model"):
+            continue
+        if isinstance(want, (int, float)) and not isinstance(want, bool) and isinstance(f.value, (int, float)):
+            ok = (want > 1 and f.value > 1) if key in ("sequence_parallel_size", "zero_stage") and want > 1 \
+                else math.isclose(float(f.value), float(want))
+            ok = ok or (key == "zero_stage" and f.value == want)
+        else:
+            ok = _eq(f.value, _norm(key, want))
+        if ok:
+            out.append((f"{key} {want}", f))
+    return out
+
+
+def _features(c: Candidate, facts: Facts, hit: Any, top_id: str | None, symptom: bool, mode: str) -> None:
+    use_rules = mode == "full"
+    fired = [t for t in c.triggers if t.fired]
+    trig = max((min(t.trigger.weight, 1.5) for t in fired), default=0.0)
+    partial = max((t.fraction for t in c.triggers if not t.fired and not t.blocked_by and t.fraction >= 0.5),
+                  default=0.0)
+    blocked = 1.0 if any(t.blocked_by and t.fraction >= 1.0 for t in c.triggers) else 0.0
+    sig = min(2.0, sum(h.signature.weight for h in c.signatures)) / 2.0
+    meta = min(1.0, 0.25 * len(c.meta))
+    c.features = {
+        "trigger": trig if use_rules else 0.0,
+        "partial": partial if use_rules else 0.0,
+        "blocked": blocked if use_rules else 0.0,
+        "signature": sig if use_rules else 0.0,
+        "meta": meta if use_rules else 0.0,
+        "retrieval": float(hit.score) if hit is not None else 0.0,
+        "top_retrieval": 1.0 if hit is not None and hit.id == top_id else 0.0,
+        "dense": max(0.0, float(hit.dense)) if hit is not None and mode != "bm25" else 0.0,
+        "symptom": 1.0 if symptom else 0.0,
+    }
+
+
+def _logit(features: dict[str, float], w: dict[str, float]) -> float:
+    return w["bias"] + sum(w.get(k, 0.0) * v for k, v in features.items())
+
+
+def _evidence(c: Candidate) -> list[Evidence]:
+    ev: list[Evidence] = []
+    seen: set[tuple[Any, ...]] = set()
+
+    def add(kind: str, detail: str, line: int | None, source: str) -> None:
+        key = (kind, detail, line, source)
+        if key not in seen:
+            seen.add(key)
+            ev.append(Evidence(kind=kind if kind in ("config", "log", "text", "env") else "text",  # type: ignore[arg-type]
+                               detail=detail[:400], line=line, source=source))
+
+    for t in c.fired:
+        for cond, f in t.matched:
+            if f is not None:
+                add(f.kind, f"trigger {t.trigger.id}: {describe(cond)} — {f.detail}", f.line, f.source)
+    for h in c.signatures:
+        add("log" if h.signature.kind in ("log", "error", "metric") else "text",
+            f"signature /{h.signature.pattern}/: {h.text}", h.line, h.source)
+    for what, f in c.meta:
+        add(f.kind, f"{what} — {f.detail}", f.line, f.source)
+    if c.retrieval is not None:
+        h = c.retrieval
+        terms = ", ".join(h.matched_terms[:8])
+        ev.append(Evidence(kind="retrieval", detail=f"text similarity: fused {h.score:.2f}, dense {h.dense:.2f}"
+                           + (f", shared terms: {terms}" if terms else ""), line=None, source="text"))
+    return ev
+
+
+def _decided_by(winner: Candidate, others: list[Candidate]) -> str:
+    """The fact that separated the winner from the best candidate of another category sharing its symptom."""
+    rival = next((o for o in others if o.incident.root_cause.category != winner.incident.root_cause.category), None)
+    if rival is None:
+        return ""
+    parts = []
+    for o in others:
+        if o.incident.root_cause.category == winner.incident.root_cause.category:
+            continue
+        blocked = [(cond, f) for t in o.triggers if t.fraction >= 1.0 for cond, f in t.blocked_by]
+        if blocked:
+            cond, f = blocked[0]
+            v = f"={f.value}" if f is not None else ""
+            where = f" (line {f.line})" if f is not None and f.line else ""
+            parts.append(f"{o.incident.root_cause.category} ruled out by {describe(cond)}{v}{where}")
+            break
+    rival_facts = {cond.fact for t in rival.fired for cond, _ in t.matched}
+    for t in winner.fired:
+        for cond, f in t.matched:
+            if cond.fact not in rival_facts and f is not None:
+                where = f" (line {f.line})" if f.line else ""
+                parts.insert(0, f"{cond.fact}={f.value}{where} fits {winner.incident.root_cause.category}")
+                break
+        break
+    return "; ".join(parts)
+
+
+def rank(kb: KnowledgeBase, facts: Facts, lines: list[tuple[str, int, str]], query: str, mode: str = "full",
+         warnings: list[str] | None = None) -> list[Candidate]:
+    """Every incident scored; best first."""
+    if mode not in MODES:
+        raise KBError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
+    records = kb.records
+    hits: dict[str, Any] = {}
+    top_id = None
+    if query.strip():
+        try:
+            # Beyond the top 20 the retrieval feature is ~0 anyway; search() explains every hit it returns.
+            found = kb.search(query, k=max(1, min(len(records), RETRIEVAL_K)),
+                              mode="hybrid" if mode == "full" else mode)
+            hits = {h.id: h for h in found}
+            top_id = found[0].id if found else None
+        except KBError as e:
+            if warnings is not None:
+                warnings.append(f"text retrieval unavailable ({e}); ranked by facts and signatures only")
+    w, _ = _weights()
+    symptom = in_scope(facts)
+    cands = []
+    for inc in records.values():
+        c = Candidate(inc, retrieval=hits.get(inc.id))
+        if mode == "full":
+            c.triggers = [evaluate_trigger(t, facts) for t in inc.triggers]
+            c.signatures = match_signatures(inc, lines)
+            c.meta = _meta_matches(inc, facts)
+        _features(c, facts, c.retrieval, top_id, symptom, mode)
+        c.score = 1.0 / (1.0 + math.exp(-_logit(c.features, w)))
+        cands.append(c)
+    cands.sort(key=lambda c: (-c.score, c.incident.id))
+    return cands
+
+
+def diagnose(kb: KnowledgeBase, log: str | None = None, config: str | None = None, question: str | None = None,
+             text: str | None = None, k: int = 3, mode: str = "full") -> Diagnosis:
+    """Diagnose a paste; see docs/DIAGNOSE.md. Raises InputError / InputTooLarge for unusable input."""
+    from kb.tokenize import detect_lang
+
+    inputs = _inputs(log, config, question, text)
+    if not inputs:
+        return Diagnosis(abstained=True, reason="empty input: paste a log, config, command line or question")
+    facts, lines = collect_facts(inputs)
+    warnings = list(dict.fromkeys(facts.warnings))
+    if config:
+        _check_config_syntax(config, warnings)
+    lang = detect_lang("\n".join(v for _, v in inputs)[:4000])
+    records = kb.records
+    if not records:
+        return Diagnosis(abstained=True, reason="the knowledge base has no incidents", facts=facts.to_dict(),
+                         warnings=warnings + ["no incidents loaded (check --incidents-dir)"], lang=lang)
+    cands = rank(kb, facts, lines, retrieval_query(inputs, facts), mode=mode, warnings=warnings)
+    _, threshold = _weights()
+    items: list[DiagnosisItem] = []
+    shown: list[Candidate] = []
+    for c in cands:
+        if any(s.incident.root_cause.category == c.incident.root_cause.category for s in shown):
+            continue
+        shown.append(c)
+        if len(shown) >= max(1, k):
+            break
+    for i, c in enumerate(shown):
+        inc = c.incident
+        fix = inc.fix.summary.pick(lang) or (inc.fix.steps[0].pick(lang) if inc.fix.steps else "")
+        items.append(DiagnosisItem(
+            incident_id=inc.id, category=inc.root_cause.category, confidence=round(c.score, 3),
+            title=inc.title.pick(lang), evidence=_evidence(c), fix=fix,
+            repro=f"kb repro {inc.id}" if inc.repro.path else "",
+            decided_by=_decided_by(c, [o for o in cands if o is not c][:5]) if i == 0 else "",
+            score_parts={k_: round(v, 3) for k_, v in c.features.items() if v},
+        ))
+    abstained, reason = False, ""
+    errs = set(facts.value("errors", []))
+    if not in_scope(facts) and not (shown and shown[0].fired):
+        abstained = True
+        oos = sorted(errs & OUT_OF_SCOPE_ERRORS)
+        reason = ("no NaN / inf / zero-loss / collapse symptom in the input"
+                  + (f"; it looks like {', '.join(oos)}, which this knowledge base does not cover" if oos else ""))
+    elif not shown or shown[0].score < threshold:
+        abstained = True
+        reason = f"best candidate is weak (confidence {shown[0].score:.2f} < {threshold})" if shown else "no candidate"
+    return Diagnosis(diagnoses=items, abstained=abstained, reason=reason, facts=facts.to_dict(), warnings=warnings,
+                     lang=lang)
+
+
+def _check_config_syntax(config: str, warnings: list[str]) -> None:
+    """A config given as such that is neither JSON nor YAML gets a warning (it was still read line by line)."""
+    import yaml
+
+    t = config.strip()
+    if t.startswith("{"):
+        try:
+            json.loads(t)
+        except ValueError as e:
+            warnings.append(f"config is not valid JSON ({e}); read line by line")
+        return
+    if re.search(r"^\s*[\w.\-]+\s*:", t, re.MULTILINE):
+        try:
+            yaml.safe_load(t)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            warnings.append(f"config is not valid YAML{where} ({getattr(e, 'problem', e)}); read line by line")

@@ -1,0 +1,149 @@
+"""Evaluation of diagnosis on a labelled JSONL set (top-1/top-3 category accuracy, MRR, abstention), per
+language and kind, for each ranking mode; and refitting the confidence calibration (logistic regression)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from kb.errors import InputError, NotFound
+
+if TYPE_CHECKING:
+    from kb.kb import KnowledgeBase
+
+
+def load_eval_set(path: str | Path) -> list[dict[str, Any]]:
+    p = Path(path)
+    if not p.is_file():
+        raise NotFound(f"no such eval file: {path}")
+    rows = []
+    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as e:
+            raise InputError(f"{path}:{i}: not JSON ({e})") from None
+        if not isinstance(row, dict) or "query" not in row or "expected_category" not in row:
+            raise InputError(f"{path}:{i}: each line needs 'query' and 'expected_category' (null = abstain)")
+        rows.append(row)
+    return rows
+
+
+def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    pos = [r for r in results if r["expected"] is not None]
+    neg = [r for r in results if r["expected"] is None]
+    out: dict[str, Any] = {"n": len(results), "n_answerable": len(pos), "n_abstain": len(neg)}
+    if pos:
+        out["top1"] = round(sum(r["rank"] == 1 for r in pos) / len(pos), 3)
+        out["top3"] = round(sum(r["rank"] is not None and r["rank"] <= 3 for r in pos) / len(pos), 3)
+        out["mrr"] = round(sum(1.0 / r["rank"] for r in pos if r["rank"]) / len(pos), 3)
+        # Answered and right: top-1 correct and not abstained.
+        out["answered_top1"] = round(sum(r["rank"] == 1 and not r["abstained"] for r in pos) / len(pos), 3)
+    abst = [r for r in results if r["abstained"]]
+    out["abstain_precision"] = round(sum(r["expected"] is None for r in abst) / len(abst), 3) if abst else None
+    out["abstain_recall"] = round(sum(r["abstained"] for r in neg) / len(neg), 3) if neg else None
+    return out
+
+
+def evaluate(kb: KnowledgeBase, rows: list[dict[str, Any]], mode: str = "full") -> dict[str, Any]:
+    """Run every query; report overall and per-language / per-kind numbers plus each query's outcome."""
+    from kb.diagnose.engine import diagnose
+
+    results = []
+    for row in rows:
+        d = diagnose(kb, text=row["query"], k=10, mode=mode)
+        cats = [x.category for x in d.diagnoses]
+        exp = row["expected_category"]
+        rank = cats.index(exp) + 1 if exp in cats else None
+        results.append({"id": row.get("id", ""), "lang": row.get("lang", "?"), "kind": row.get("kind", "?"),
+                        "expected": exp, "predicted": cats[:3], "rank": rank, "abstained": d.abstained,
+                        "confidence": d.diagnoses[0].confidence if d.diagnoses else 0.0})
+    by_lang: dict[str, list] = defaultdict(list)
+    by_kind: dict[str, list] = defaultdict(list)
+    for r in results:
+        by_lang[r["lang"]].append(r)
+        by_kind[r["kind"]].append(r)
+    return {"mode": mode, "overall": _summary(results),
+            "by_lang": {k: _summary(v) for k, v in sorted(by_lang.items())},
+            "by_kind": {k: _summary(v) for k, v in sorted(by_kind.items())},
+            "queries": results}
+
+
+def calibration_rows(kb: KnowledgeBase, rows: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """(features, label) for each (query, incident) pair: label 1 when the incident's category is expected."""
+    from kb.diagnose.engine import FEATURES, collect_facts, rank, retrieval_query
+
+    X, y = [], []
+    for row in rows:
+        inputs = [("text", row["query"])]
+        facts, lines = collect_facts(inputs)
+        for c in rank(kb, facts, lines, retrieval_query(inputs, facts)):
+            X.append([c.features[f] for f in FEATURES])
+            y.append(1.0 if c.incident.root_cause.category == row["expected_category"] else 0.0)
+    return np.asarray(X, dtype=float), np.asarray(y, dtype=float)
+
+
+def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1.0, steps: int = 5000, lr: float = 0.5,
+                 signs: list[int] | None = None) -> np.ndarray:
+    """L2-regularised logistic regression by projected gradient descent (bias last); no sklearn needed.
+
+    No class re-weighting, so the output stays a probability. `signs` (+1 / -1 / 0 per feature) keeps each weight
+    on the side its meaning requires (a fired trigger never lowers confidence), so a small set cannot flip them.
+    """
+    Xb = np.hstack([X, np.ones((len(X), 1))])
+    w = np.zeros(Xb.shape[1])
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-Xb @ w))
+        grad = Xb.T @ (p - y) / len(y) + l2 * np.r_[w[:-1], 0.0] / len(y)
+        w -= lr * grad
+        if signs is not None:
+            for i, sgn in enumerate(signs):
+                if sgn > 0:
+                    w[i] = max(w[i], 0.0)
+                elif sgn < 0:
+                    w[i] = min(w[i], 0.0)
+    return w
+
+
+def calibrate(kb: KnowledgeBase, rows: list[dict[str, Any]], out: Path | None = None) -> dict[str, Any]:
+    """Refit the logistic weights on `rows` and write kb/diagnose/calibration.json (or `out`)."""
+    from kb.diagnose.engine import ABSTAIN_BELOW, CALIBRATION_FILE, FEATURE_SIGNS, FEATURES
+
+    labelled = [r for r in rows if r.get("expected_category")]
+    X, y = calibration_rows(kb, labelled)
+    if not len(y) or y.sum() == 0:
+        raise InputError("no labelled pairs to calibrate on")
+    w = fit_logistic(X, y, signs=[FEATURE_SIGNS[f] for f in FEATURES])
+    data = {"weights": {**{f: round(float(v), 4) for f, v in zip(FEATURES, w[:-1])}, "bias": round(float(w[-1]), 4)},
+            "abstain_below": ABSTAIN_BELOW, "fitted_on": {"queries": len(labelled), "pairs": len(y)}}
+    p = 1.0 / (1.0 + np.exp(-(np.hstack([X, np.ones((len(X), 1))]) @ w)))
+    data["fitted_on"]["log_loss"] = round(float(-np.mean(y * np.log(p + 1e-9) + (1 - y) * np.log(1 - p + 1e-9))), 4)
+    target = out or CALIBRATION_FILE
+    target.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return data
+
+
+def format_report(rep: dict[str, Any]) -> str:
+    def line(name: str, s: dict[str, Any]) -> str:
+        f = lambda v: "-" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
+        return (f"{name:<14} n={s['n']:<3} top1={f(s.get('top1'))} top3={f(s.get('top3'))} mrr={f(s.get('mrr'))} "
+                f"abstain P={f(s['abstain_precision'])} R={f(s['abstain_recall'])}")
+
+    out = [f"mode: {rep['mode']}", line("overall", rep["overall"])]
+    out += [line(f"lang={k}", v) for k, v in rep["by_lang"].items()]
+    out += [line(f"kind={k}", v) for k, v in rep["by_kind"].items()]
+    misses = [q for q in rep["queries"] if q["rank"] != 1 and q["expected"] is not None
+              or (q["expected"] is None and not q["abstained"])]
+    if misses:
+        out.append("misses:")
+        out += [f"  {q['id'] or '?'}: expected {q['expected']}, got {q['predicted'][:3]}"
+                f"{' (abstained)' if q['abstained'] else ''}" for q in misses]
+    return "\n".join(out)
+
+
+__all__ = ["calibrate", "evaluate", "fit_logistic", "format_report", "load_eval_set"]

@@ -1,0 +1,247 @@
+"""Log parsing: trainer metric lines (HF/TRL dicts, tqdm postfix, verl, pipes, markdown tables), known error
+strings and environment dumps -> facts nan_metrics, zero_metrics, huge_metrics, first_bad_step, errors, versions."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from kb.canonical import canonical_package
+from kb.diagnose.facts import Facts
+
+# --- known error strings ----------------------------------------------------------------------------------
+# (id, pattern, in_scope): out-of-scope errors (OOM, install) make the engine abstain when nothing else fits.
+ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
+    (eid, re.compile(rx, re.IGNORECASE), scope) for eid, rx, scope in (
+        ("prob_tensor_invalid", r"probability tensor contains either [`'\"]?inf[`'\"]?, [`'\"]?nan", True),
+        ("log1p_backward_nan", r"Log1PBackward\d*'? returned nan", True),
+        ("nan_in_backward", r"Function '\w+' returned nan values", True),
+        ("ds_overflow", (r"OVERFLOW!.{0,40}Skipping step|Grad(?:ient)? overflow|Attempted loss scale|"
+                        r"overflow.{0,20}skipping step|Skipping step\. Attempted"), True),
+        ("loss_scale_min", r"loss scale already at minimum|Current loss scale.{0,20}minimum", True),
+        ("untrained_tokens", r"Untrained tokens\b.{0,60}found", True),
+        ("labels_all_masked", (r"labels?\b.{0,20}\ball (?:be )?-100|all (?:the )?labels?.{0,20}-100|"
+                              r"labels?\s*全(?:部)?(?:为|是|都是)\s*-100|all\(\s*labels\s*==\s*(?:ignore_index|-100)|"
+                              r"every label.{0,30}masked|labels? (?:are|were|is) all masked|"
+                              r"no (?:supervised|valid|target) tokens|tensor\(\s*\[\s*-100(?:\s*,\s*-100)+"), True),
+        ("cudnn_sdp", r"enable_cudnn_sdp|cudnn[_ ](?:sdp|attention)|_cudnn_attention|cuDNN SDPA", True),
+        ("nonfinite_grad_norm", (r"norm of order [\d.]+ for gradients.{0,80}non-finite|grad(?:ient)?s? (?:are|is) "
+                                r"(?:nan|inf|non-finite)"), True),
+        ("nan_loss_error", (r"loss (?:is|became|=) nan|Loss is NaN|NaN or Inf found in input tensor|"
+                           r"nan loss detected|detected nan"), True),
+        ("softcap_missing", r"soft[-_ ]?capping|softcap", True),
+        ("cuda_oom", r"CUDA out of memory|OutOfMemoryError|out of memory|显存不足|OOM\b", False),
+        ("import_error", r"ModuleNotFoundError|ImportError|No module named|cannot import name", False),
+        ("pip_error", (r"Could not find a version that satisfies|ResolutionImpossible|Failed building wheel|"
+                      r"subprocess-exited-with-error|pip install.{0,40}(?:fail|error)|dependency conflicts"), False),
+        ("nccl_error", r"NCCL (?:error|WARN|timeout)|Watchdog caught collective operation timeout", False),
+        ("segfault", r"Segmentation fault|core dumped", False),
+    )
+)
+OUT_OF_SCOPE_ERRORS = frozenset(eid for eid, _, scope in ERROR_PATTERNS if not scope)
+
+# --- metric lines -----------------------------------------------------------------------------------------
+_NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+)|[-+]?nan|[-+]?inf(?:inity)?"
+_PAIR = re.compile(r"['\"]?(?P<k>[A-Za-z_][\w/.\-]*)['\"]?\s*[:=]\s*(?:tensor\()?['\"]?(?P<v>" + _NUM + r")(?![\w.])",
+                   re.IGNORECASE)
+_SPACE_PAIR = re.compile(r"^\s*(?P<k>[A-Za-z_][\w/.\-]*)\s*[:=]?\s+(?P<v>" + _NUM + r")\s*$", re.IGNORECASE)
+_METRIC_WORD = re.compile(r"loss|norm|reward|kl|acc|logps|logits|margin|entropy|score|lr|learning_rate|ppl|"
+                          r"perplexity|advantage|ratio|clip|value|return|step|epoch|iter", re.IGNORECASE)
+_STEP_KEYS = {"step", "global_step", "steps", "iter", "iteration", "train/global_step", "training/global_step",
+              "global_steps", "update", "timestep"}
+_TQDM_STEP = re.compile(r"\b(\d+)/(\d+)\s*\[")
+_MD_SEP = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)+\|?\s*$")
+
+
+def is_loss_like(name: str) -> bool:
+    n = name.lower()
+    return "loss" in n and "scale" not in n and "coef" not in n and "weight" not in n
+
+
+def _value(v: str) -> float:
+    s = v.lower().lstrip("+")
+    if "nan" in s:
+        return math.nan
+    if "inf" in s:
+        return -math.inf if s.startswith("-") else math.inf
+    return float(s)
+
+
+@dataclass
+class Record:
+    line: int
+    text: str
+    metrics: dict[str, float]
+    raw: dict[str, str]
+    step: int | None
+
+
+def _record_from_pairs(n: int, text: str, pairs: list[tuple[str, str]]) -> Record | None:
+    metrics: dict[str, float] = {}
+    raw: dict[str, str] = {}
+    for k, v in pairs:
+        try:
+            metrics[k] = _value(v)
+            raw[k] = v
+        except ValueError:
+            continue
+    # A metric record has at least two numbers, one of them named like a metric (a config line has one).
+    if len(metrics) < 2 or not any(_METRIC_WORD.search(k) for k in metrics):
+        return None
+    step = None
+    for k, val in metrics.items():
+        if k.lower() in _STEP_KEYS and math.isfinite(val):
+            step = int(val)
+    if step is None:
+        m = _TQDM_STEP.search(text)
+        if m:
+            step = int(m.group(1))
+    return Record(n, text, metrics, raw, step)
+
+
+def parse_metric_records(lines: list[tuple[int, str]]) -> list[Record]:
+    """Every metric record in the paste, in order: dict/JSON lines, `k=v`, `k:v - k:v`, `k v | k v`, tables."""
+    records: list[Record] = []
+    header: list[str] | None = None
+    for idx, (n, s) in enumerate(lines):
+        if "|" in s and s.count("|") >= 2:
+            cells = [c.strip() for c in s.strip().strip("|").split("|")]
+            if _MD_SEP.match(s):
+                continue
+            nxt = lines[idx + 1][1] if idx + 1 < len(lines) else ""
+            if _MD_SEP.match(nxt) or (header is None and all(not re.fullmatch(_NUM, c, re.IGNORECASE) for c in cells)
+                                      and any(_METRIC_WORD.search(c) for c in cells) and len(cells) >= 2
+                                      and not any(_SPACE_PAIR.match(c) or _PAIR.search(c) or len(c) > 40
+                                                  for c in cells)):
+                header = cells
+                continue
+            if header and len(cells) == len(header) and all(re.fullmatch(_NUM, c, re.IGNORECASE) or not c for c in cells):
+                pairs = [(h if _METRIC_WORD.search(h) or i else "step", c) for i, (h, c) in
+                         enumerate(zip(header, cells)) if c]
+                # A table's non-step columns are the metric the user tracks (often the loss / grad_norm).
+                pairs = [(("step" if i == 0 and re.search(r"step|iter|epoch", header[0], re.IGNORECASE) else k), v)
+                         for i, (k, v) in enumerate(pairs)]
+                rec = _record_from_pairs(n, s, pairs) or _table_record(n, s, pairs)
+                if rec:
+                    records.append(rec)
+                continue
+            space = [m for c in cells if (m := _SPACE_PAIR.match(c))]
+            if len(space) >= 2:
+                rec = _record_from_pairs(n, s, [(m.group("k"), m.group("v")) for m in space])
+                if rec:
+                    records.append(rec)
+                continue
+        else:
+            header = None
+        pairs = [(m.group("k"), m.group("v")) for m in _PAIR.finditer(s)]
+        # "'loss': 1.19e+34, 'grad_norm': nan, then 'loss': 0.0": a repeated key starts the next record.
+        group: list[tuple[str, str]] = []
+        for k, v in pairs + [("", "")]:
+            if k == "" or k in {g[0] for g in group}:
+                rec = _record_from_pairs(n, s, group) if len(group) >= 2 or (records and group) else None
+                if rec is None and group and records and records[-1].line == n:
+                    rec = _single(n, s, group)
+                if rec:
+                    records.append(rec)
+                group = []
+            if k:
+                group.append((k, v))
+    return records
+
+
+def _single(n: int, s: str, group: list[tuple[str, str]]) -> Record | None:
+    try:
+        return Record(n, s, {k: _value(v) for k, v in group}, dict(group), None)
+    except ValueError:
+        return None
+
+
+def _table_record(n: int, s: str, pairs: list[tuple[str, str]]) -> Record | None:
+    metrics = {}
+    for k, v in pairs:
+        try:
+            metrics[k] = _value(v)
+        except ValueError:
+            continue
+    if len(metrics) < 2:
+        return None
+    step = int(metrics["step"]) if "step" in metrics and math.isfinite(metrics["step"]) else None
+    return Record(n, s, metrics, dict(pairs), step)
+
+
+def metric_facts(records: list[Record], facts: Facts, source: str) -> None:
+    seen_nonzero: dict[str, bool] = {}
+    history: dict[str, list[float]] = {}
+    first_bad: tuple[int, int | None, str] | None = None
+    for i, r in enumerate(records, 1):
+        bad_here = False
+        for k, v in r.metrics.items():
+            if k.lower() in _STEP_KEYS or k.lower() in {"epoch", "learning_rate", "lr"}:
+                continue
+            detail = r.text.strip()
+            if math.isnan(v) or math.isinf(v):
+                facts.add("nan_metrics", k, "log", r.line, detail, source)
+                facts.add("symptom", "inf" if math.isinf(v) else "nan", "log", r.line, detail, source)
+                bad_here = True
+            elif v == 0.0 and is_loss_like(k):
+                facts.add("zero_metrics", k, "log", r.line, detail, source)
+                facts.add("symptom", "zero_loss", "log", r.line, detail, source)
+                bad_here = True
+            elif abs(v) > 1e4 and (is_loss_like(k) or "norm" in k.lower()):
+                facts.add("huge_metrics", k, "log", r.line, detail, source)
+                facts.add("symptom", "huge", "log", r.line, detail, source)
+            if math.isfinite(v) and v != 0.0:
+                seen_nonzero[k] = True
+            if first_bad is None and math.isfinite(v) and (is_loss_like(k) or "norm" in k.lower()):
+                prev = [p for p in history.get(k, []) if p > 0]
+                if prev and v > 10 * min(prev) and v > 1.0:
+                    facts.add("spike_metrics", k, "log", r.line, detail, source)
+                history.setdefault(k, []).append(v)
+        if bad_here and first_bad is None:
+            first_bad = (i, r.step, r.text.strip())
+            step = r.step if r.step is not None else i
+            how = "step" if r.step is not None else "record #"
+            facts.set("first_bad_step", step, "log", r.line, f"{how}{step}: {r.text.strip()}", source)
+
+
+def error_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
+    for n, s in lines:
+        for eid, pat, _ in ERROR_PATTERNS:
+            if pat.search(s):
+                facts.add("errors", eid, "log", n, s.strip(), source)
+
+
+_PKG = re.compile(r"(?<![\w\-])(?P<pkg>[A-Za-z][\w\-]*)\s*(?:==|=|>=|~=|:|\s+version\s*:?)\s*['\"]?"
+                  r"(?P<ver>v?\d+(?:\.\d+)+[\w.+\-]*)", re.IGNORECASE)
+_PIP_LIST = re.compile(r"^\s*(?P<pkg>[A-Za-z][\w\-]*)\s{2,}(?P<ver>v?\d+(?:\.\d+)+[\w.+\-]*)\s*$")
+_TORCH_ENV = re.compile(r"PyTorch version\s*:\s*(?P<ver>\d+(?:\.\d+)+[\w.+\-]*)", re.IGNORECASE)
+_GPU = re.compile(r"\b(?P<gpu>V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A6000|L40S?|L4|A40|"
+                  r"RTX\s?[2345]0[6789]0(?:\s?Ti)?|[2345]0[6789]0(?:\s?Ti)?|910B|MI\d{3}X?|TITAN\s?V|GTX\s?1080)\b")
+_NO_BF16 = re.compile(r"V100|T4|P100|P40|TITAN\s?V|1080|20[6789]0", re.IGNORECASE)
+
+
+def env_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
+    for n, s in lines:
+        pip = _PIP_LIST.match(s)
+        for m in list(_PKG.finditer(s)) + ([pip] if pip else []):
+            got = canonical_package(m.group("pkg"), m.group("ver"))
+            if got:
+                key, ver, fw = got
+                facts.set(key, ver, "env", n, m.group(0), source)
+                if fw:
+                    facts.set("framework", fw, "env", n, m.group(0), source)
+        m = _TORCH_ENV.search(s)
+        if m:
+            facts.set("torch_version", m.group("ver"), "env", n, m.group(0), source)
+        m = _GPU.search(s)
+        if m:
+            gpu = re.sub(r"\s+", " ", m.group("gpu"))
+            facts.set("gpu", gpu, "env", n, s.strip(), source)
+            facts.set("gpu_bf16", not bool(_NO_BF16.search(gpu)), "env", n, s.strip(), source)
+
+
+def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
+    metric_facts(parse_metric_records(lines), facts, source)
+    error_facts(lines, facts, source)
+    env_facts(lines, facts, source)

@@ -1,0 +1,197 @@
+"""Prose mentions in English and Chinese ("使用qwen2、fp16", "bf16 and fp32 is correct", "acc为nan", "output is
+filled with exclamation marks") -> facts, and facts derived from other facts (prompt fills max_length …)."""
+
+from __future__ import annotations
+
+import re
+
+from kb.canonical import ALGORITHMS, FRAMEWORKS
+from kb.diagnose.configs import FIX_CUE
+from kb.diagnose.facts import Facts
+from kb.diagnose.logs import is_loss_like
+
+_DTYPE_WORD = re.compile(r"(?<![A-Za-z0-9_])(fp16|float16|half[- ]precision|半精度|bf16|bfloat16|fp32|float32|"
+                         r"full[- ]precision|全精度|单精度)(?![A-Za-z0-9_])", re.IGNORECASE)
+_DTYPE_OF = {"fp16": "fp16", "float16": "fp16", "half precision": "fp16", "half-precision": "fp16", "半精度": "fp16",
+             "bf16": "bf16", "bfloat16": "bf16", "fp32": "fp32", "float32": "fp32", "full precision": "fp32",
+             "full-precision": "fp32", "全精度": "fp32", "单精度": "fp32"}
+# A clause that reports a dtype as working is the fix, not the failing run.
+_GOOD = re.compile(r"\b(?:correct|works?|worked|working|fine|ok|okay|normal|solved|fix(?:es|ed)?|no (?:nan|problem)|"
+                   r"is good|succeed\w*|stable|instead|try|should)\b|正常|没问题|不会有问题|可以|解决|work了|好了|试试|"
+                   r"换成|改成|调整到|改为", re.IGNORECASE)
+_INFERENCE = re.compile(r"inference|推理|generat(?:e|ion) only", re.IGNORECASE)
+_MODEL_HALF = re.compile(r"model\s+(?:in|to|with|as)\s+(?:fp16|float16|half)|(?:fp16|float16|half)[- ](?:precision )?"
+                         r"(?:model|weights)|(?:load\w*|cast\w*)\s+(?:the )?(?:model|weights)\s+(?:in|to|as)\s+"
+                         r"(?:fp16|float16|half)|模型.{0,6}(?:fp16|半精度|float16)|\.half\(\)", re.IGNORECASE)
+_CLAUSE = re.compile(r"[^.。;；!?！？\n]+(?:[.。;；!?！？]|$)")
+_SP = re.compile(r"sequence[ _-]parallel|序列并行|ring[ _-]?attn|ring[ _-]attention|ulysses|context[ _-]parallel",
+                 re.IGNORECASE)
+_ZERO = re.compile(r"\bzero[ _-]?(?:stage[ _-]?)?([123])\b|\bds_z([123])|\bstage[ _-]?([123])\b", re.IGNORECASE)
+_ATTN = (
+    (re.compile(r"flash[ _-]?attn|flash[ _-]?attention|\bfa2\b", re.IGNORECASE), "flash_attention_2"),
+    (re.compile(r"\bsdpa\b|scaled_dot_product_attention", re.IGNORECASE), "sdpa"),
+    (re.compile(r"\beager\b attention|attn_implementation\W+eager", re.IGNORECASE), "eager"),
+)
+_COLLAPSE = re.compile(r"!{4,}|exclamation mark|感叹号|全(?:部)?(?:变)?(?:为|是|成)\s*[!！]|token id (?:is )?0\b|"
+                       r"id 0\b|乱码|gibberish|garbage output|repeat(?:s|ed|ing)? the same token", re.IGNORECASE)
+_LENGTH_NORM = re.compile(r"length[- ]normali[sz]\w*|average[_ ]log[_ ]?probs?|average_logps|长度归一", re.IGNORECASE)
+_METRIC_NAME = r"(?:[A-Za-z_/]*(?:loss|norm|kl|acc|accuracy|rewards?|logps|logits|margins?|entropy|ppl)[A-Za-z_/]*)"
+_BAD_VALUE = r"(?:nan|NaN|NAN|inf|Inf|INF|infinity|无穷大?|0(?:\.0+)?(?![\d.])|zero)"
+_PROSE_METRIC = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")(?=(?P<gap>[^\n,，。.;；=]{0,30}?)"
+                           r"(?<![A-Za-z0-9_.])(?P<v>" + _BAD_VALUE + r")(?![A-Za-z0-9_]))")
+_PROSE_METRIC_REV = re.compile(r"(?<![\w])(?P<v>nan|NaN|inf|Inf)s?\b\s*(?:values?\s*)?(?:in|for|of|on)\s+(?:the\s+|both\s+)?"
+                               r"(?P<m>" + _METRIC_NAME + r")", re.IGNORECASE)
+_GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes? to|went to|turns? (?:in)?to|"
+                     r"stays?|remains?|always|keeps?|got|gets|shows?|reports?|of|to|equals?|=|:|：|一直|都|总|变|变为|"
+                     r"变成|为|是|出现|会|就|直接|也|and [\w/]+ (?:will be|are|were|become)|一直为|一直是|"
+                     r"[\w/]+ (?:will be|are|were)))*\s*(?:a |an )?$", re.IGNORECASE)
+_SYMPTOM = (
+    (re.compile(r"(?<![A-Za-z0-9_])(?:nan|NaN|NANs?|NaNs|Nan)(?![A-Za-z0-9_])"), "nan"),
+    (re.compile(r"(?<![A-Za-z0-9_])(?:inf|Inf|infinity)(?![A-Za-z0-9_])|无穷"), "inf"),
+    (re.compile(r"loss\W{0,3}(?:一直|都|总)?(?:是|为|变为|变成|=|:)?\s*0(?![\d.])|loss (?:is|becomes|became|will be|"
+                r"goes to|drops to|of) (?:0|zero)\b|zero loss", re.IGNORECASE), "zero_loss"),
+    (re.compile(r"overflow|溢出", re.IGNORECASE), "overflow"),
+    (re.compile(r"collaps\w+|崩溃|崩了|diverg\w+|发散|explod\w+|爆炸|crash\w*", re.IGNORECASE), "collapse"),
+)
+# Only the training frameworks name the tool; DeepSpeed / transformers / torch appear in nearly every paste.
+_FW_ORDER = ["ms-swift", "OpenRLHF", "LLaMA-Factory", "verl", "xtuner", "trl", "unsloth", "DeepSpeed-Chat",
+             "ColossalAI", "axolotl", "Megatron-LM", "nemo-rl", "DeepSpeed", "transformers"]
+_FW_AMBIGUOUS = {"torch", "pytorch", "transformers", "deepspeed", "hf trainer"}
+_ALGO_AMBIGUOUS = {"rm", "pt", "reward", "gae"}
+_FAMILIES = (
+    ("qwen2.5", r"qwen[-_ ]?2[._]5"), ("qwen3", r"qwen[-_ ]?3"), ("qwen2", r"qwen[-_ ]?2"), ("qwen", r"qwen"),
+    ("llama3", r"llama[-_ ]?3"), ("llama2", r"llama[-_ ]?2"), ("tinyllama", r"tinyllama"), ("llava", r"llava"),
+    ("llama", r"llama"), ("gemma2", r"gemma[-_ ]?2"), ("gemma3", r"gemma[-_ ]?3"), ("gemma", r"gemma"),
+    ("internlm2", r"internlm[-_ ]?2"), ("internlm", r"internlm"), ("mixtral", r"mixtral"), ("mistral", r"mistral"),
+    ("baichuan2", r"baichuan[-_ ]?2"), ("baichuan", r"baichuan"), ("deepseek", r"deepseek"), ("chatglm", r"chatglm"),
+    ("glm4", r"glm[-_ ]?4"), ("yi", r"\byi[-_ ]\d"), ("phi", r"\bphi[-_ ]?\d"), ("bloom", r"bloom"),
+    ("falcon", r"falcon"), ("gpt2", r"gpt[-_ ]?2"), ("opt", r"\bopt-\d"), ("pythia", r"pythia"),
+)
+
+
+def _alias_regex(alias: str) -> re.Pattern[str]:
+    return re.compile(r"(?<![A-Za-z])" + re.escape(alias).replace(r"\ ", r"[\s_-]") + r"(?![A-Za-z])", re.IGNORECASE)
+
+
+_ALGO_RX = [(name, _alias_regex(a)) for name, aliases in ALGORITHMS.items()
+            for a in (name.lower(), *aliases) if a not in _ALGO_AMBIGUOUS]
+_ALGO_RX.append(("RM", re.compile(r"reward[ _-]?model(?:ing|ling)?|奖励模型|\bRM\b")))
+_FW_RX = [(name, _alias_regex(a)) for name in _FW_ORDER for a in (name.lower(), *FRAMEWORKS.get(name, ()))
+          if a not in _FW_AMBIGUOUS or name in ("DeepSpeed", "transformers")]
+
+
+def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
+    for n, s in lines:
+        for cm in _CLAUSE.finditer(s):
+            clause = cm.group(0)
+            for m in _DTYPE_WORD.finditer(clause):
+                # `"fp16": {...}`, `--fp16`, `fp16=True` are settings, read by kb.diagnose.configs.
+                if re.match(r"[\"']?\s*[:=]", clause[m.end():]) or re.search(r"(?:--|[=.\"'])$", clause[:m.start()]):
+                    continue
+                d = _DTYPE_OF[m.group(1).lower()]
+                good = bool(_GOOD.search(clause)) or bool(FIX_CUE.search(clause[: m.start()][-40:]))
+                if good and d in ("bf16", "fp32"):
+                    facts.set("working_dtype", d, "text", n, clause, source)
+                elif d == "fp16" and _INFERENCE.search(clause) and good:
+                    continue  # "inference in fp16 is fine" says nothing about training
+                elif not good or d == "fp16":
+                    facts.set("precision", d, "text", n, clause, source)
+            m = _MODEL_HALF.search(clause)
+            if m and not FIX_CUE.search(clause[: m.start()][-40:]):
+                facts.set("weights_dtype", "fp16", "text", n, clause, source)
+
+
+def _first(lines: list[tuple[int, str]], rxs: list[tuple[str, re.Pattern[str]]]) -> tuple[str, int, str] | None:
+    best: tuple[int, int, int, str, str] | None = None  # (line, column, order, name, text)
+    for order, (name, rx) in enumerate(rxs):
+        for n, s in lines:
+            m = rx.search(s)
+            if m:
+                cand = (n, m.start(), order, name, s)
+                if best is None or cand[:2] < best[:2]:
+                    best = cand
+                break
+    return None if best is None else (best[3], best[0], best[4])
+
+
+def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
+    _precision_mentions(lines, facts, source)
+    got = _first(lines, _ALGO_RX)
+    if got:
+        facts.set("algorithm", got[0], "text", got[1], got[2], source)
+    specific = [(name, rx) for name, rx in _FW_RX if name not in ("DeepSpeed", "transformers")]
+    got = _first(lines, specific) or _first(lines, [(n, r) for n, r in _FW_RX if n in ("DeepSpeed", "transformers")])
+    if got:
+        facts.set("framework", got[0], "text", got[1], got[2], source)
+    mentions_ds = any(re.search(r"deepspeed|zero", s, re.IGNORECASE) for _, s in lines)
+    for n, s in lines:
+        low = s.lower()
+        if "model_family" not in facts:
+            for fam, rx in _FAMILIES:
+                if re.search(rx, low):
+                    facts.set("model_family", fam, "text", n, s, source)
+                    break
+        if _SP.search(s):
+            facts.set("sequence_parallel", True, "text", n, s, source)
+        m = _ZERO.search(s)
+        if m and mentions_ds:
+            facts.set("zero_stage", int(next(g for g in m.groups() if g)), "text", n, s, source)
+        for rx, impl in _ATTN:
+            if rx.search(s):
+                facts.set("attn_implementation", impl, "text", n, s, source)
+                break
+        if _COLLAPSE.search(s):
+            facts.set("output_collapse", True, "text", n, s, source)
+            facts.add("symptom", "collapse", "text", n, s, source)
+        if re.search(r"S\^?2[- ]?attn|S\^?2[- ]Attention|shift(?:ed)?[_ ]attn|shifted sparse attention|LongLoRA", s,
+                     re.IGNORECASE):
+            facts.set("shift_attn", True, "text", n, s, source)
+        if _LENGTH_NORM.search(s):
+            facts.set("average_log_prob", True, "text", n, s, source)
+        if re.search(r"\blora\b|\bqlora\b|peft", s, re.IGNORECASE):
+            facts.set("use_peft", True, "text", n, s, source)
+        for m in _PROSE_METRIC.finditer(s):
+            if not _GAP_OK.match(m.group("gap")):
+                continue
+            _prose_metric(facts, m.group("m"), m.group("v"), n, s, source)
+        for m in _PROSE_METRIC_REV.finditer(s):
+            _prose_metric(facts, m.group("m"), m.group("v"), n, s, source)
+        for rx, sym in _SYMPTOM:
+            if rx.search(s):
+                facts.add("symptom", sym, "text", n, s, source)
+
+
+def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: str) -> None:
+    name = name.strip("/").lower()
+    if name in ("accuracy",):
+        name = "acc"
+    v = value.lower()
+    if v in ("0", "zero") or re.fullmatch(r"0\.0+", v):
+        if is_loss_like(name):
+            facts.add("zero_metrics", name, "text", n, s, source)
+            facts.add("symptom", "zero_loss", "text", n, s, source)
+    else:
+        facts.add("nan_metrics", name, "text", n, s, source)
+        facts.add("symptom", "nan", "text", n, s, source)
+
+
+def derive(facts: Facts, source: str) -> None:
+    """Facts that follow from other facts; their evidence names the facts they came from."""
+    sp = facts.get("sequence_parallel_size")
+    if sp is not None and isinstance(sp.value, int) and sp.value > 1:
+        facts.set("sequence_parallel", True, sp.kind, sp.line, sp.detail, sp.source)
+    mp, ml = facts.get("max_prompt_length"), facts.get("max_length")
+    if mp is not None and ml is not None:
+        try:
+            if float(mp.value) >= float(ml.value):
+                facts.set("prompt_exceeds_max_length", True, mp.kind, mp.line,
+                          f"max_prompt_length {mp.value} >= max_length {ml.value}", mp.source)
+        except (TypeError, ValueError):
+            pass
+    fixes = facts.value("fix_changes", [])
+    prec = facts.get("precision")
+    if ("weights_dtype" not in facts and prec is not None and prec.value == "fp16"
+            and any(str(x).startswith("weights_dtype=") for x in fixes)):
+        ev = facts.evidence_for("fix_changes")
+        facts.set("weights_dtype", "fp16", "text", prec.line,
+                  f"{prec.detail} / the fix changed the model's torch_dtype: {ev.detail if ev else ''}", prec.source)

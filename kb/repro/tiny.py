@@ -1,0 +1,76 @@
+"""Tiny, randomly initialised models and loss helpers shared by repro checks (no downloads, CPU-fast)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def torch_dtype(name: str | None) -> torch.dtype:
+    """Canonical precision name (kb.canonical: fp16 / bf16 / fp32) -> torch dtype; unknown -> fp32."""
+    return DTYPES.get(str(name or "fp32"), torch.float32)
+
+
+def tiny_config(arch: str = "qwen2", **overrides: Any):
+    """A transformers config for a 2-layer, 64-wide model of the given architecture (qwen2 | llama)."""
+    import transformers
+
+    kw: dict[str, Any] = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                          "num_attention_heads": 4, "num_key_value_heads": 4, "max_position_embeddings": 1024,
+                          "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 1}
+    kw.update(overrides)
+    cls = {"qwen2": transformers.Qwen2Config, "llama": transformers.LlamaConfig}[arch]
+    return cls(**kw)
+
+
+def tiny_causal_lm(arch: str = "qwen2", seed: int = 0, dtype: torch.dtype = torch.float32, device: str = "cpu",
+                   **overrides: Any):
+    """A randomly initialised causal LM built from `tiny_config` (transformers.AutoModelForCausalLM.from_config)."""
+    import transformers
+
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(tiny_config(arch, **overrides), dtype=dtype)
+    return model.to(device)
+
+
+def tiny_seq_cls(arch: str = "qwen2", seed: int = 0, dtype: torch.dtype = torch.float32, device: str = "cpu",
+                 num_labels: int = 1, **overrides: Any):
+    """A randomly initialised sequence classifier (a reward model: backbone + `score` head)."""
+    import transformers
+
+    torch.manual_seed(seed)
+    cfg = tiny_config(arch, num_labels=num_labels, **overrides)
+    return transformers.AutoModelForSequenceClassification.from_config(cfg, dtype=dtype).to(device)
+
+
+class TinyLM(torch.nn.Module):
+    """Embedding -> MLP -> vocabulary logits: enough to produce real per-token log-probs and gradients fast,
+    for mechanisms that live in the loss rather than in the transformer."""
+
+    def __init__(self, vocab: int = 64, hidden: int = 32) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, hidden)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.GELU())
+        self.head = torch.nn.Linear(hidden, vocab)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.mlp(self.embed(ids)))
+
+
+def token_logps(logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
+    """Per-token log-prob of `labels` under next-token `logits` (already aligned); 0 where the label is ignored."""
+    mask = labels != ignore_index
+    safe = labels.masked_fill(~mask, 0)
+    lp = logits.float().log_softmax(-1).gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    return lp * mask
+
+
+def scaled(length: int, limit: int, longest: int) -> int:
+    """Scale a length so that the longest of a check's lengths becomes at most `limit`, keeping ratios and
+    equalities (max_prompt_length == max_length stays equal): checks run user lengths like 8192 in seconds."""
+    if longest <= limit:
+        return int(length)
+    return max(1, round(length * limit / longest))

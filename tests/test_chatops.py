@@ -1,0 +1,350 @@
+"""Chat-ops: signature checks and formatting as pure functions, then Slack, Feishu and DingTalk end to end
+against a real server, with a loopback receiver standing in for the platforms' APIs."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+from slack_sdk.signature import SignatureVerifier
+from test_api import prebuilt_data_dir  # tests/ is on sys.path (pytest's default import mode)
+
+from api.app import create_app
+from api.chatops import dingtalk, feishu, slack
+from api.chatops.common import Unauthenticated
+from api.chatops.formatting import (
+    Item,
+    Message,
+    feishu_reply_body,
+    from_ask,
+    from_diagnosis,
+    to_dingtalk,
+    to_slack,
+    to_text,
+)
+from api.loopback import LoopbackServer
+from api.settings import Settings
+
+SLACK_SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
+FEISHU_TOKEN = "feishu-verification-token"
+FEISHU_KEY = "feishu-encrypt-key"
+DING_SECRET = "SEC-dingtalk-app-secret"
+QUESTION = "ORPO log_odds_chosen nan with bf16 deepspeed"
+
+
+# ---------------------------------------------------------------- pure: signatures and crypto
+def test_slack_signature_agrees_with_slack_sdk():
+    ts, body = str(int(time.time())), b"token=x&text=loss+nan&response_url=https%3A%2F%2Fhooks.slack.com%2Fx"
+    sig = slack.slack_signature(SLACK_SECRET, ts, body)
+    assert SignatureVerifier(SLACK_SECRET).is_valid(body, ts, sig)
+    slack.verify(SLACK_SECRET, ts, sig, body, max_skew=300)
+
+
+@pytest.mark.parametrize("case", ["forged", "replayed", "unsigned", "tampered"])
+def test_slack_rejects_forged_replayed_unsigned_and_tampered(case):
+    now = int(time.time())
+    ts = str(now - 301) if case == "replayed" else str(now)
+    body = b"text=hello"
+    sig = slack.slack_signature("wrong-secret" if case == "forged" else SLACK_SECRET, ts, body)
+    with pytest.raises(Unauthenticated):
+        slack.verify(SLACK_SECRET, ts, None if case == "unsigned" else sig,
+                     body + (b"!" if case == "tampered" else b""), max_skew=300)
+
+
+def test_feishu_decrypts_the_documented_example_and_round_trips():
+    # The example from Feishu's event-subscription docs: key "test key" -> "hello world".
+    assert feishu.decrypt("test key", "P37w+VZImNgPEO1RBhJ6RtKl7n6zymIbEG1pReEzghk=") == "hello world"
+    payload = json.dumps({"challenge": "c", "type": "url_verification"})
+    assert feishu.decrypt(FEISHU_KEY, feishu.encrypt(FEISHU_KEY, payload)) == payload
+    with pytest.raises(Unauthenticated):
+        feishu.decrypt("another key", feishu.encrypt(FEISHU_KEY, payload))
+    with pytest.raises(Unauthenticated):
+        feishu.decrypt(FEISHU_KEY, "not base64 at all!")
+
+
+def test_feishu_signature_window():
+    body, ts = b'{"encrypt": "x"}', str(int(time.time()))
+    sig = feishu.signature(ts, "nonce", FEISHU_KEY, body)
+    feishu.verify_signature(FEISHU_KEY, ts, "nonce", sig, body, max_skew=300)
+    with pytest.raises(Unauthenticated):
+        feishu.verify_signature(FEISHU_KEY, ts, "other-nonce", sig, body, max_skew=300)
+    old = str(int(time.time()) - 4000)
+    with pytest.raises(Unauthenticated):
+        feishu.verify_signature(FEISHU_KEY, old, "nonce", feishu.signature(old, "nonce", FEISHU_KEY, body), body,
+                                max_skew=3600)
+
+
+def test_dingtalk_sign_and_one_hour_window():
+    now_ms = str(int(time.time() * 1000))
+    dingtalk.verify(DING_SECRET, now_ms, dingtalk.sign(now_ms, DING_SECRET), max_skew=3600)
+    two_hours_ago = str(int(time.time() * 1000) - 2 * 3600 * 1000)
+    with pytest.raises(Unauthenticated):
+        dingtalk.verify(DING_SECRET, two_hours_ago, dingtalk.sign(two_hours_ago, DING_SECRET), max_skew=3600)
+    with pytest.raises(Unauthenticated):
+        dingtalk.verify(DING_SECRET, now_ms, dingtalk.sign(now_ms, "guess"), max_skew=3600)
+
+
+# ---------------------------------------------------------------- pure: formatting
+DIAGNOSIS = {
+    "diagnoses": [{
+        "incident_id": "trl-orpo-bf16-log-odds-nan", "category": "numerical-precision", "confidence": 0.82,
+        "title": "TRL ORPO: log_odds <NaN> & grad_norm", "fix": "Cast log-probs to fp32 and use log1mexp.",
+        "repro": "kb repro trl-orpo-bf16-log-odds-nan",
+        "evidence": [{"kind": "log", "detail": "log_odds_chosen: nan", "line": 4, "source": "log"},
+                     {"kind": "config", "detail": "precision = bf16", "line": None}],
+    }],
+    "abstained": False, "facts": {}, "warnings": [], "lang": "en",
+}
+
+
+def test_one_message_renders_for_every_platform():
+    msg = from_diagnosis(DIAGNOSIS)
+    assert not msg.abstained and msg.items[0].evidence[0] == "[log line 4] log_odds_chosen: nan"
+    blocks = to_slack(msg)["blocks"]
+    assert blocks[0]["type"] == "header"
+    section = next(b for b in blocks if b["type"] == "section")["text"]["text"]
+    assert "&lt;NaN&gt; &amp;" in section  # Slack control characters escaped
+    assert any("kb repro trl-orpo-bf16-log-odds-nan" in json.dumps(b) for b in blocks)
+    card = json.loads(feishu_reply_body(msg)["content"])
+    assert card["header"]["title"]["content"] == "Diagnosis" and card["elements"][0]["tag"] == "div"
+    md = to_dingtalk(msg)
+    assert md["msgtype"] == "markdown" and "log\\_odds\\_chosen" in md["markdown"]["text"]
+    assert "0.82" in to_text(msg)
+
+
+def test_abstention_and_chinese_labels():
+    msg = from_diagnosis({"diagnoses": [], "abstained": True, "reason": "no signal", "lang": "zh"})
+    assert msg.abstained and msg.heading == "知识库中没有足够匹配的事件" and msg.notes == ["no signal"]
+    ask = from_ask({"query": "q", "lang": "en", "abstained": False, "results": [
+        {"id": "a-b", "title": "T", "category": "c", "framework": "trl", "algorithm": "DPO", "score": 0.9,
+         "evidence": ["terms: nan"], "fix": "f", "sources": ["https://example.org"], "repro": ""}]})
+    assert ask.items[0].score == 0.9 and ask.heading == "Closest incidents"
+
+
+def test_slack_message_stays_inside_block_kit_limits():
+    long = Message(heading="h" * 500, items=[Item(incident_id=f"id-{i}", title="t", fix="x" * 5000,
+                                                   evidence=["e" * 5000] * 10) for i in range(30)])
+    out = to_slack(long)
+    assert len(out["blocks"]) <= 50 and len(out["text"]) <= 3000
+    assert all(len(b["text"]["text"]) <= 3000 for b in out["blocks"] if b["type"] == "section")
+
+
+# ---------------------------------------------------------------- end to end
+class Receiver:
+    """Stands in for hooks.slack.com, slack.com/api and open.feishu.cn: records every POST."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("content-length", 0)))
+                receiver.requests.append({"path": self.path, "headers": dict(self.headers),
+                                          "json": json.loads(raw or b"null")})
+                if self.path.endswith("/tenant_access_token/internal"):
+                    answer = {"code": 0, "tenant_access_token": "t-test-token", "expire": 7200}
+                else:
+                    answer = {"ok": True, "code": 0}
+                data = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def wait_for(self, path_part: str, count: int = 1, timeout: float = 30.0) -> list[dict]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            hits = [r for r in self.requests if path_part in r["path"]]
+            if len(hits) >= count:
+                return hits
+            time.sleep(0.05)
+        raise AssertionError(f"no POST to {path_part} within {timeout}s; got {[r['path'] for r in self.requests]}")
+
+    def paths(self) -> list[str]:
+        return [r["path"] for r in self.requests]
+
+
+@pytest.fixture(scope="module")
+def receiver():
+    r = Receiver()
+    yield r
+    r.httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def base_url(tmp_path_factory, repo_root, receiver):
+    settings = Settings(
+        data_dir=prebuilt_data_dir(tmp_path_factory, repo_root), incidents_dir=str(repo_root / "incidents"),
+        slack_signing_secret=SLACK_SECRET, slack_bot_token="xoxb-test", slack_api_base=receiver.url + "/api",
+        slack_response_url_allow=receiver.url + "/slack/",
+        feishu_verification_token=FEISHU_TOKEN, feishu_encrypt_key=FEISHU_KEY, feishu_app_id="cli_test",
+        feishu_app_secret="feishu-app-secret", feishu_api_base=receiver.url,
+        dingtalk_app_secret=DING_SECRET,
+    )
+    app = create_app(settings)
+    with LoopbackServer(app) as url:
+        assert app.state.ready.wait(180)
+        yield url
+
+
+@pytest.fixture()
+def client(base_url):
+    with httpx.Client(base_url=base_url, timeout=30) as c:
+        yield c
+
+
+def slack_post(client, path: str, body: bytes, ctype: str, secret: str = SLACK_SECRET, ts: int | None = None,
+               signed: bool = True) -> httpx.Response:
+    ts_s = str(ts if ts is not None else int(time.time()))
+    headers = {"content-type": ctype, "X-Slack-Request-Timestamp": ts_s}
+    if signed:
+        headers["X-Slack-Signature"] = slack.slack_signature(secret, ts_s, body)
+    return client.post(path, content=body, headers=headers)
+
+
+def slash_body(receiver, text: str, hook: str) -> bytes:
+    return urllib.parse.urlencode({"command": "/kb", "text": text, "user_id": "U1", "channel_id": "C1",
+                                   "response_url": f"{receiver.url}/slack/{hook}"}).encode()
+
+
+def test_slack_slash_command_acks_fast_and_posts_blocks_to_response_url(client, receiver):
+    started = time.monotonic()
+    resp = slack_post(client, "/chatops/slack/commands", slash_body(receiver, QUESTION, "ok-1"),
+                      "application/x-www-form-urlencoded")
+    assert resp.status_code == 200 and resp.json()["response_type"] == "ephemeral"
+    assert time.monotonic() - started < 3.0  # Slack's acknowledgement deadline
+    posted = receiver.wait_for("/slack/ok-1")[0]["json"]
+    assert posted["response_type"] == "in_channel" and posted["blocks"][0]["type"] == "header"
+    assert "trl-orpo-bf16-log-odds-nan" in json.dumps(posted["blocks"])
+
+
+@pytest.mark.parametrize("case", ["forged", "replayed", "unsigned"])
+def test_slack_bad_requests_get_401_and_cause_no_work(client, receiver, case):
+    body = slash_body(receiver, QUESTION, f"bad-{case}")
+    resp = slack_post(client, "/chatops/slack/commands", body, "application/x-www-form-urlencoded",
+                      secret="not-the-secret" if case == "forged" else SLACK_SECRET,
+                      ts=int(time.time()) - 600 if case == "replayed" else None, signed=case != "unsigned")
+    assert resp.status_code == 401 and resp.json()["error"]["code"] == "unauthorized"
+    time.sleep(0.3)
+    assert not any(f"bad-{case}" in p for p in receiver.paths())
+
+
+def test_slack_response_url_outside_the_allowlist_is_refused(client, receiver):
+    body = urllib.parse.urlencode({"text": "hi", "response_url": "http://169.254.169.254/latest"}).encode()
+    resp = slack_post(client, "/chatops/slack/commands", body, "application/x-www-form-urlencoded")
+    assert resp.status_code == 422 and "KB_SLACK_RESPONSE_URL_ALLOW" in resp.json()["error"]["message"]
+
+
+def test_slack_events_url_verification_and_app_mention_once(client, receiver):
+    challenge = json.dumps({"type": "url_verification", "challenge": "3eZbrw1aB", "token": "x"}).encode()
+    assert slack_post(client, "/chatops/slack/events", challenge, "application/json").json() == {
+        "challenge": "3eZbrw1aB"}
+    event = json.dumps({"type": "event_callback", "event_id": "Ev-1", "event": {
+        "type": "app_mention", "text": f"<@U0BOT> {QUESTION}", "channel": "C42", "ts": "1700000000.0001"}}).encode()
+    for _ in range(2):  # Slack redelivers; the second one is a duplicate
+        assert slack_post(client, "/chatops/slack/events", event, "application/json").status_code == 200
+    posted = receiver.wait_for("/api/chat.postMessage")
+    time.sleep(0.3)
+    assert len([p for p in receiver.paths() if p.endswith("chat.postMessage")]) == 1
+    assert posted[0]["json"]["channel"] == "C42" and posted[0]["json"]["thread_ts"] == "1700000000.0001"
+    assert posted[0]["headers"]["Authorization"] == "Bearer xoxb-test"
+
+
+def feishu_post(client, payload: dict, sign_key: str | None = FEISHU_KEY, ts: int | None = None,
+                encrypt_with: str = FEISHU_KEY) -> httpx.Response:
+    body = json.dumps({"encrypt": feishu.encrypt(encrypt_with, json.dumps(payload))}).encode()
+    headers = {"content-type": "application/json"}
+    if sign_key is not None:
+        ts_s, nonce = str(ts if ts is not None else int(time.time())), "n0nce"
+        headers.update({"X-Lark-Request-Timestamp": ts_s, "X-Lark-Request-Nonce": nonce,
+                        "X-Lark-Signature": feishu.signature(ts_s, nonce, sign_key, body)})
+    return client.post("/chatops/feishu/events", content=body, headers=headers)
+
+
+def feishu_message(event_id: str, text: str) -> dict:
+    return {"schema": "2.0", "header": {"event_id": event_id, "event_type": "im.message.receive_v1",
+                                        "token": FEISHU_TOKEN, "app_id": "cli_test"},
+            "event": {"sender": {"sender_type": "user"}, "message": {
+                "message_id": f"om_{event_id}", "chat_id": "oc_1", "message_type": "text",
+                "content": json.dumps({"text": f"@_user_1 {text}"})}}}
+
+
+def test_feishu_challenge_plain_and_encrypted(client):
+    plain = client.post("/chatops/feishu/events", json={"type": "url_verification", "challenge": "ch-1",
+                                                        "token": FEISHU_TOKEN})
+    assert plain.json() == {"challenge": "ch-1"}
+    enc = feishu_post(client, {"type": "url_verification", "challenge": "ch-2", "token": FEISHU_TOKEN},
+                      sign_key=None)
+    assert enc.json() == {"challenge": "ch-2"}
+    bad = client.post("/chatops/feishu/events", json={"type": "url_verification", "challenge": "x", "token": "no"})
+    assert bad.status_code == 401
+
+
+def test_feishu_encrypted_event_gets_one_card_reply(client, receiver):
+    assert feishu_post(client, feishu_message("ev-ok", QUESTION)).status_code == 200
+    assert feishu_post(client, feishu_message("ev-ok", QUESTION)).status_code == 200  # redelivery
+    reply = receiver.wait_for("/open-apis/im/v1/messages/om_ev-ok/reply")[0]
+    assert reply["headers"]["Authorization"] == "Bearer t-test-token"
+    assert reply["json"]["msg_type"] == "interactive"
+    card = json.loads(reply["json"]["content"])
+    assert "trl-orpo-bf16-log-odds-nan" in json.dumps(card, ensure_ascii=False)
+    time.sleep(0.3)
+    assert len([p for p in receiver.paths() if "om_ev-ok" in p]) == 1
+
+
+@pytest.mark.parametrize("case", ["bad-signature", "stale", "unsigned", "wrong-key", "wrong-token"])
+def test_feishu_bad_events_get_401_and_cause_no_work(client, receiver, case):
+    payload = feishu_message(f"ev-{case}", QUESTION)
+    if case == "wrong-token":
+        payload["header"]["token"] = "guess"
+    resp = feishu_post(client, payload,
+                       sign_key={"bad-signature": "other", "unsigned": None}.get(case, FEISHU_KEY),
+                       ts=int(time.time()) - 7200 if case == "stale" else None,
+                       encrypt_with="other key" if case == "wrong-key" else FEISHU_KEY)
+    assert resp.status_code == 401, resp.text
+    time.sleep(0.3)
+    assert not any(f"ev-{case}" in p for p in receiver.paths())
+
+
+def test_dingtalk_signed_message_gets_a_markdown_answer(client):
+    ts = str(int(time.time() * 1000))
+    resp = client.post("/chatops/dingtalk/robot", json={
+        "msgtype": "text", "text": {"content": f" {QUESTION}"}, "senderStaffId": "staff-1",
+        "conversationId": "cid"}, headers={"timestamp": ts, "sign": dingtalk.sign(ts, DING_SECRET)})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["msgtype"] == "markdown" and body["at"]["atUserIds"] == ["staff-1"]
+    assert "trl-orpo-bf16-log-odds-nan" in body["markdown"]["text"]
+
+
+@pytest.mark.parametrize("headers", [
+    {},
+    {"timestamp": str(int(time.time() * 1000)), "sign": "AAAA"},
+    {"timestamp": "yesterday", "sign": "AAAA"},
+])
+def test_dingtalk_unsigned_or_forged_is_401(client, headers):
+    resp = client.post("/chatops/dingtalk/robot", json={"text": {"content": "hi"}}, headers=headers)
+    assert resp.status_code == 401 and resp.json()["error"]["code"] == "unauthorized"
+
+
+def test_platforms_not_configured_are_404(tmp_path, repo_root):
+    app = create_app(Settings(data_dir=str(tmp_path), incidents_dir=str(repo_root / "incidents"),
+                              warm_on_start=False))
+    with LoopbackServer(app) as url:
+        for path in ("/chatops/slack/commands", "/chatops/feishu/events", "/chatops/dingtalk/robot"):
+            resp = httpx.post(url + path, content=b"{}")
+            assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_configured"

@@ -1,0 +1,71 @@
+"""The `kb` command end to end, as a user runs it: real subprocesses, a real data dir."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, repo_root):
+    data = tmp_path_factory.mktemp("cli-data")
+    env = {**os.environ, "KB_DATA_DIR": str(data), "KB_INCIDENTS_DIR": str(repo_root / "incidents")}
+
+    def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "kb.cli", *args], capture_output=True, text=True,
+                              env=env, input=stdin, timeout=300, cwd=repo_root)
+
+    return _run
+
+
+def test_index_then_ask_json(run):
+    r = run("index")
+    assert r.returncode == 0, r.stderr
+    r = run("ask", "--json", "DPO NLL loss nan")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["query"] == "DPO NLL loss nan"
+    first = out["results"][0]
+    assert first["id"] == "ms-swift-dpo-sp-nll-nan"
+    assert set(first) >= {"id", "title", "category", "framework", "algorithm", "score", "evidence", "fix", "sources"}
+
+
+def test_ask_table_shows_evidence_and_fix(run):
+    r = run("ask", "序列并行 DPO nll_loss 为 nan")
+    assert r.returncode == 0, r.stderr
+    assert "ms-swift-dpo-sp-nll-nan" in r.stdout and "证据" in r.stdout and "修复" in r.stdout
+
+
+def test_show_list_stats(run):
+    r = run("show", "ms-swift-dpo-sp-nll-nan")
+    assert r.returncode == 0 and "## 中文" in r.stdout and "## English" in r.stdout
+    r = run("list", "--framework", "trl", "--json")
+    assert r.returncode == 0 and all(x["framework"]["name"] == "trl" for x in json.loads(r.stdout))
+    r = run("stats", "--json")
+    s = json.loads(r.stdout)
+    assert s["records"] >= 5 and "sequence-parallel-label-split" in s["by_category"]
+
+
+def test_unknown_id_is_a_clear_error_not_a_traceback(run):
+    r = run("show", "no-such-incident")
+    assert r.returncode == 3
+    assert "no incident with id" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_validate_passes_on_shipped_corpus(run):
+    r = run("validate")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_schema_file_is_current(run, repo_root):
+    r = run("schema")
+    assert r.returncode == 0
+    shipped = json.loads((repo_root / "kb" / "schema" / "incident.schema.json").read_text(encoding="utf-8"))
+    assert json.loads(r.stdout) == shipped, "run `kb schema --write` after changing kb/records.py"
+
+
+def test_empty_question_is_rejected(run):
+    r = run("ask", " ")
+    assert r.returncode == 2 and "empty" in r.stderr

@@ -1,0 +1,187 @@
+"""Fact extraction from pastes: each log format, config format and framework command line, with evidence."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kb.diagnose import extract_facts, mask_line
+from kb.errors import InputError, InputTooLarge
+
+
+def values(text: str) -> dict:
+    return extract_facts(text).values()
+
+
+# --- logs ----------------------------------------------------------------------------------------------------
+def test_hf_trainer_dict_lines_give_nan_metrics_and_first_bad_step():
+    log = ("{'loss': 1.0431, 'grad_norm': 42.09, 'learning_rate': 1e-06, 'rewards/chosen': 0.0, 'kl': 0.0, 'epoch': 0.0}\n"
+           "{'loss': nan, 'grad_norm': 41.94, 'learning_rate': 2e-06, 'rewards/rejected': nan, 'kl': 0.0, "
+           "'logps/rejected': nan, 'epoch': 0.0}")
+    f = extract_facts(log)
+    assert {"loss", "rewards/rejected", "logps/rejected"} <= set(f.value("nan_metrics"))
+    assert f.value("first_bad_step") == 2
+    assert f.get("first_bad_step").line == 2 and f.get("first_bad_step").kind == "log"
+    assert "zero_metrics" not in f  # rewards 0.0 at step 1 is not a collapse
+
+
+def test_huge_loss_then_zero_on_one_line():
+    f = values("logs show 'loss': 1.19e+34, 'grad_norm': nan, then 'loss': 0.0 with nan metrics.")
+    assert f["huge_metrics"] == ["loss"] and f["zero_metrics"] == ["loss"] and "grad_norm" in f["nan_metrics"]
+
+
+@pytest.mark.parametrize("line, metric", [
+    ("step:12 - actor/kl_loss:nan - actor/pg_loss:0.12 - critic/score/mean:0.5", "actor/kl_loss"),  # verl
+    ("step 13 | loss nan | grad_norm nan", "grad_norm"),
+    (" 30%|###  | 30/100 [00:10<00:20, loss=nan, grad_norm=3.2]", "loss"),  # tqdm / OpenRLHF postfix
+    ('{"loss": 1.2, "nll_loss": NaN, "global_step": 7}', "nll_loss"),  # ms-swift jsonl
+    ("{'loss': 0.61, 'grad_norm': inf, 'learning_rate': 5e-05, 'epoch': 0.1}", "grad_norm"),  # LLaMA-Factory
+])
+def test_metric_line_formats(line, metric):
+    assert metric in values(line)["nan_metrics"]
+
+
+def test_markdown_table_of_a_metric():
+    f = values("| Step | grad_norm |\n|---|---|\n| 0 | 23068.8 |\n| 1 | 24.89 |\n| 4 | NaN |\n| 5 | NaN |")
+    assert f["nan_metrics"] == ["grad_norm"] and f["first_bad_step"] == 4 and f["huge_metrics"] == ["grad_norm"]
+
+
+@pytest.mark.parametrize("text, err", [
+    ("RuntimeError: probability tensor contains either `inf`, `nan` or element < 0", "prob_tensor_invalid"),
+    ("RuntimeError: Function 'Log1PBackward0' returned nan values in its 0th output.", "log1p_backward_nan"),
+    ("[2024-01-01 10:00:00] [INFO] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536", "ds_overflow"),
+    ("Exception: Current loss scale already at minimum - cannot decrease scale anymore.", "loss_scale_min"),
+    ("ValueError: Unsloth: Untrained tokens found, but embed_tokens & lm_head not trainable", "untrained_tokens"),
+    ("发现label全为-100 导致nll_loss为nan", "labels_all_masked"),
+    ("torch.backends.cuda.enable_cudnn_sdp(False)", "cudnn_sdp"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "cuda_oom"),
+    ("ModuleNotFoundError: No module named 'flash_attn'", "import_error"),
+])
+def test_known_error_strings(text, err):
+    f = extract_facts(text)
+    assert err in f.value("errors")
+    assert f.evidence_for("errors", err).line == 1
+
+
+def test_environment_dump():
+    f = values("ms-swift=v3.1.0\ndeepspeed==0.14.0\ntorch==2.3.1\nPyTorch version: 2.5.0-rc10\n"
+               "flash-attn==2.6.1\nGPU 0: Tesla V100-SXM2-32GB")
+    assert f["framework"] == "ms-swift" and f["framework_version"] == "3.1.0"
+    assert f["deepspeed_version"] == "0.14.0" and f["flash_attn_version"] == "2.6.1"
+    assert f["gpu"] == "V100" and f["gpu_bf16"] is False
+
+
+def test_masking_makes_two_users_lines_equal():
+    a = "[rank6]: 2024-05-01 10:11:12 step 120 loss 1.2e+34 at /home/a/x.py:88 ptr 0x7f3a"
+    b = "[rank0]: 2025-01-09 01:02:03 step 7 loss 3.5 at /data/b/y.py:12 ptr 0x1"
+    assert mask_line(a) == mask_line(b)
+    assert "<NUM>" in mask_line(a) and "<PATH>" in mask_line(a)
+
+
+# --- configs -------------------------------------------------------------------------------------------------
+def test_deepspeed_json_config():
+    cfg = json.dumps({"fp16": {"enabled": True, "loss_scale": 0}, "zero_optimization": {"stage": 2,
+                                                                                       "overlap_comm": True}}, indent=2)
+    f = extract_facts(cfg, source="config")
+    assert f.value("precision") == "fp16" and f.value("zero_stage") == 2 and f.value("overlap_comm") is True
+    assert f.get("zero_stage").kind == "config" and f.get("zero_stage").line == 7
+
+
+def test_fp16_auto_says_nothing():
+    assert "precision" not in values('{"fp16": {"enabled": "auto"}, "bf16": {"enabled": false}}')
+
+
+def test_yaml_config_llamafactory():
+    f = values("model_name_or_path: Qwen/Qwen2-7B\nstage: dpo\npref_loss: simpo\ncutoff_len: 2048\n"
+               "fp16: true\ndeepspeed: examples/deepspeed/ds_z3_config.json\n")
+    assert f["algorithm"] == "DPO" and f["loss_type"] == "simpo" and f["max_length"] == 2048
+    assert f["precision"] == "fp16" and f["zero_stage"] == 3
+
+
+def test_python_config_call_and_dtype():
+    f = values('training_args = ORPOConfig(\n    per_device_train_batch_size=16,\n    bf16=True,\n'
+               '    max_length=1024,\n    max_prompt_length=384,\n    learning_rate=2e-5,\n)\n'
+               'model = AutoModelForCausalLM.from_pretrained("google/gemma-2-9b", attn_implementation='
+               '"flash_attention_2", torch_dtype=torch.float16)')
+    assert f["precision"] == "bf16" and f["weights_dtype"] == "fp16" and f["learning_rate"] == 2e-5
+    assert f["attn_implementation"] == "flash_attention_2" and f["model_family"] == "gemma2"
+
+
+def test_model_half_call():
+    assert values("model = model.half()\ntrainer.train()")["weights_dtype"] == "fp16"
+
+
+def test_broken_yaml_and_truncated_json_still_read_line_by_line():
+    f = extract_facts('{\n  "zero_optimization": {\n    "stage": 2,\n    "overlap_comm": true', source="config")
+    assert f.value("zero_stage") == 2 and any("JSON" in w for w in f.warnings)
+
+
+# --- command lines -------------------------------------------------------------------------------------------
+def test_swift_rlhf_command():
+    f = values("CUDA_VISIBLE_DEVICES=0,1,2,3 NPROC_PER_NODE=4  swift rlhf --model /m/Qwen2.5-7B --rlhf_type dpo "
+               "--max_length 8192 --sequence_parallel_size 4 --rpo_alpha 1.0")
+    assert f["framework"] == "ms-swift" and f["algorithm"] == "DPO" and f["sequence_parallel_size"] == 4
+    assert f["num_gpus"] == 4 and f["rpo_alpha"] == 1.0 and f["sequence_parallel"] is True
+
+
+def test_openrlhf_deepspeed_script_with_continuations():
+    cmd = ("deepspeed --num_gpus 8train_kto.py \\\n     --micro_train_batch_size 2 \\\n     --max_len 8192 \\\n"
+           "     --zero_stage 3 \\\n     --vanilla_loss")
+    f = extract_facts(cmd)
+    assert f.value("algorithm") == "KTO" and f.value("framework") == "OpenRLHF" and f.value("vanilla_loss") is True
+    assert f.value("micro_batch_size") == 2 and "num_gpus" not in f and f.get("vanilla_loss").line == 1
+
+
+def test_llamafactory_and_accelerate_and_verl():
+    f = values("CUDA_VISIBLE_DEVICES=3 python src/train_bash.py --stage sft --finetuning_type lora --fp16")
+    assert f["framework"] == "LLaMA-Factory" and f["algorithm"] == "SFT" and f["precision"] == "fp16"
+    assert values("accelerate launch --mixed_precision fp16 train.py")["precision"] == "fp16"
+    f = values("python3 -m verl.trainer.main_ppo algorithm.adv_estimator=grpo actor_rollout_ref.actor.use_kl_loss=True "
+               "actor_rollout_ref.actor.kl_loss_type=low_var_kl")
+    assert f["framework"] == "verl" and f["algorithm"] == "GRPO" and f["use_kl_loss"] is True
+    assert f["kl_estimator"] == "k3"
+    assert values("llamafactory-cli train examples/train_lora/llama3_lora_dpo.yaml")["framework"] == "LLaMA-Factory"
+    assert values("xtuner train internlm2_chat_7b_qlora_sft.py")["framework"] == "xtuner"
+
+
+# --- prose ---------------------------------------------------------------------------------------------------
+def test_chinese_prose_precision_and_what_worked():
+    f = values("使用qwen2、fp16 进行sft全参数微调的时候，有些token会输出nan, 导致loss为0。bf16 and fp32 is correct, "
+               "however, V100 do not support bf16")
+    assert f["precision"] == "fp16" and f["working_dtype"] == "bf16" and f["zero_metrics"] == ["loss"]
+    assert f["gpu_bf16"] is False
+
+
+def test_prose_metrics_in_both_languages():
+    assert values("nll_loss一直为nan")["nan_metrics"] == ["nll_loss"]
+    assert values("训练都异常，具体表现为acc为nan")["nan_metrics"] == ["acc"]
+    f = values("loss and grad_norm will be nan at step 2")
+    assert {"loss", "grad_norm"} <= set(f["nan_metrics"])
+
+
+def test_fix_context_is_not_the_failing_setting():
+    f = values("the reason was using the model in fp16 precision. When I changed it to `torch_dtype=torch.float32` "
+               "in model creation it trained")
+    assert f["weights_dtype"] == "fp16" and f["working_dtype"] == "fp32"
+
+
+def test_output_collapse_and_sequence_parallel_prose():
+    assert values("the output is filled with exclamation marks")["output_collapse"] is True
+    assert values("for ring-attn during sft phase")["sequence_parallel"] is True
+
+
+# --- malformed input -----------------------------------------------------------------------------------------
+def test_binary_junk_is_an_input_error():
+    with pytest.raises(InputError):
+        extract_facts("\x00\x01\x02garbage" * 100)
+
+
+def test_huge_paste_keeps_head_and_tail(monkeypatch):
+    monkeypatch.setenv("KB_DIAGNOSE_MAX_BYTES", "20000")
+    body = "{'loss': 1.0, 'grad_norm': 2.0}\n" * 5000 + "{'loss': nan, 'grad_norm': nan}\n"
+    f = extract_facts(body)
+    assert "loss" in f.value("nan_metrics") and f.warnings
+    assert f.evidence_for("nan_metrics", "loss").line == 5001
+    with pytest.raises(InputTooLarge):
+        extract_facts("x" * 300_000)

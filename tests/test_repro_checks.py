@@ -1,0 +1,228 @@
+"""The five seed repro checks: NaN with the fault, finite with the fix, user settings, runner and `kb repro`."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from kb.cli import main as kb_main
+from kb.errors import NotFound
+from kb.repro.harness import Verdict, evaluate, load_check
+from kb.repro.runner import run_check
+
+INCIDENTS = Path(__file__).resolve().parent.parent / "incidents"
+SEEDS = ["ms-swift-dpo-sp-nll-nan", "openrlhf-kto-vanilla-loss-nan", "trl-simpo-empty-response-nan",
+         "xtuner-internlm2-fp16-overflow", "trl-reward-lora-fp16-head-nan"]
+
+
+@cache
+def check(incident_id: str):
+    path = INCIDENTS / incident_id / "repro.py"
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    return load_check(path)()
+
+
+@cache
+def verdict(incident_id: str, **user) -> Verdict:
+    """The check run in-process on CPU (framework level off: CI installs no frameworks)."""
+    return evaluate(check(incident_id), "cpu", user or None, framework=False)
+
+
+def nan(x) -> bool:
+    return isinstance(x, float) and math.isnan(x)
+
+
+def finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+@pytest.mark.parametrize("incident_id", SEEDS)
+def test_seed_check_confirms_on_cpu(incident_id):
+    v = verdict(incident_id)
+    assert v.error is None, v.notes
+    assert v.reproduced and v.fixed
+    assert v.device == "cpu" and v.torch
+    assert v.seconds < 60
+
+
+def test_dpo_sequence_parallel_nll_is_nan_per_shard_and_finite_by_global_count():
+    v = verdict("ms-swift-dpo-sp-nll-nan")
+    faulty, fixed = v.evidence["faulty"], v.evidence["fixed"]
+    assert faulty["label_less_shards"] == 3  # 4 shards, the prompt covers three of them
+    assert nan(faulty["nll_loss"]) and finite(faulty["dpo_loss"])  # the summed DPO term is unaffected
+    assert finite(fixed["nll_loss"]) and finite(fixed["loss"])
+    assert v.user_settings_trigger is True and v.exit_code == 0
+
+
+def test_dpo_without_sequence_parallel_is_not_triggered():
+    v = verdict("ms-swift-dpo-sp-nll-nan", sequence_parallel_size=1)
+    assert v.user_settings_trigger is False and v.exit_code == 1
+    assert v.evidence["user"]["label_less_shards"] == 0 and finite(v.evidence["user"]["nll_loss"])
+
+
+def test_dpo_fixed_ms_swift_version_is_not_triggered():
+    ok, why = check("ms-swift-dpo-sp-nll-nan").triggers(
+        {"sequence_parallel_size": 4, "rpo_alpha": 1.0, "framework_version": "3.4.1"})
+    assert ok is False and "3.4.1" in why
+
+
+def test_kto_vanilla_one_sided_batch_is_nan_and_reported_settings_are_unconfirmed():
+    v = verdict("openrlhf-kto-vanilla-loss-nan")
+    assert nan(v.evidence["faulty"]["loss"]) and nan(v.evidence["faulty"]["grad_norm"])
+    assert finite(v.evidence["fixed"]["loss"])  # default KTO loss skips the empty class
+    # micro-batch 2 with the alternating sampler stays finite: the reported settings cannot be confirmed.
+    assert finite(v.evidence["faulty"]["loss_alternating_sampler"])
+    assert v.user_settings_trigger is None
+    assert any("unconfirmed at these settings" in n for n in v.notes)
+
+
+def test_kto_micro_batch_one_triggers_and_default_loss_does_not():
+    one = verdict("openrlhf-kto-vanilla-loss-nan", micro_batch_size=1)
+    assert one.user_settings_trigger is True and nan(one.evidence["user"]["loss_alternating_sampler"])
+    default = verdict("openrlhf-kto-vanilla-loss-nan", vanilla_loss=False)
+    assert default.user_settings_trigger is False and finite(default.evidence["user"]["loss"])
+
+
+def test_simpo_empty_response_is_nan_and_room_for_the_response_is_finite():
+    v = verdict("trl-simpo-empty-response-nan")
+    assert v.evidence["faulty"]["min_response_tokens"] == 0 and nan(v.evidence["faulty"]["loss"])
+    assert v.evidence["fixed"]["min_response_tokens"] > 0 and finite(v.evidence["fixed"]["grad_norm"])
+    room = verdict("trl-simpo-empty-response-nan", max_length=1024, max_prompt_length=512)
+    assert room.user_settings_trigger is False and finite(room.evidence["user"]["loss"])
+
+
+def test_fp16_overflow_gives_nan_loss_and_sampling_error_bf16_is_finite():
+    v = verdict("xtuner-internlm2-fp16-overflow")
+    faulty, fixed = v.evidence["faulty"], v.evidence["fixed"]
+    assert nan(faulty["loss"]) and faulty["skipped_steps"] == 2  # GradScaler skips, the loss stays NaN
+    assert "probability tensor contains" in faulty["error"]
+    assert finite(fixed["loss"]) and fixed["peak_mlp_activation"] > 65504 and fixed["error"] == ""
+    ok, _ = check("xtuner-internlm2-fp16-overflow").triggers({"precision": "bf16"})
+    assert ok is False
+
+
+def test_fp16_reward_head_with_plain_adamw_goes_nan_from_step_two():
+    v = verdict("trl-reward-lora-fp16-head-nan")
+    faulty, fixed = v.evidence["faulty"], v.evidence["fixed"]
+    assert finite(faulty["loss_step1"]) and math.isinf(faulty["head_max_abs_after_step1"])
+    assert nan(faulty["loss_step2"]) and nan(faulty["grad_norm_step2"])
+    assert faulty["head_dtype"] == "float16" and fixed["head_dtype"] == "float32"
+    assert finite(fixed["loss_step3"]) and finite(fixed["grad_norm_step3"])
+    ok, why = check("trl-reward-lora-fp16-head-nan").triggers({"weights_dtype": "fp16", "optim": "adamw_torch_fused"})
+    assert ok is False and "hides" in why
+
+
+def test_reward_head_through_peft_lora_seq_cls():
+    pytest.importorskip("peft", reason="peft not installed: the framework level is optional")
+    c = check("trl-reward-lora-fp16-head-nan")
+    ev = c.run_framework(dict(c.defaults), "cpu")
+    assert ev["score_dtype"] == "float16" and ev["lora_dtype"] == "float32"  # PEFT upcasts LoRA, not the head
+    assert nan(ev["grad_norm_step2"]) and ev["affected"] == 1
+
+
+def test_verdict_json_round_trip_keeps_nan():
+    v = verdict("trl-simpo-empty-response-nan")
+    text = v.to_json()
+    assert "NaN" not in text and '"nan"' in text  # strict JSON
+    back = Verdict.model_validate_json(text)
+    assert nan(back.evidence["faulty"]["loss"]) and back.confirmed
+
+
+# --- runner: subprocess path, timeouts, unknown ids, broken checks --------------------------------------------
+
+@pytest.mark.slow  # a subprocess imports torch
+def test_runner_runs_a_check_in_a_subprocess_with_user_facts():
+    v = run_check("trl-simpo-empty-response-nan", INCIDENTS, device="cpu", framework=False, timeout=120,
+                  facts={"algorithm": "SimPO", "max_length": 4096, "max_prompt_length": 4096})
+    assert v.error is None and v.exit_code == 0
+    assert nan(v.evidence["faulty"]["loss"]) and finite(v.evidence["fixed"]["loss"])  # NaN survived the JSON trip
+    assert v.settings["max_length"] == 4096 and v.user_settings_trigger is True
+    assert nan(v.evidence["user"]["loss"])
+
+
+def _write_check(root: Path, incident_id: str, body: str) -> None:
+    folder = root / incident_id
+    folder.mkdir(parents=True)
+    (folder / "repro.py").write_text(body, encoding="utf-8")
+
+
+def test_runner_times_out(tmp_path):
+    _write_check(tmp_path, "sleepy-check", "import time\ntime.sleep(60)\n")
+    t0 = time.perf_counter()
+    v = run_check("sleepy-check", tmp_path, device="cpu", timeout=2)
+    assert time.perf_counter() - t0 < 20
+    assert v.error and "timed out" in v.error and v.exit_code == 2
+
+
+@pytest.mark.slow  # a subprocess imports torch
+def test_runner_reports_a_crashing_check(tmp_path):
+    _write_check(tmp_path, "broken-check", (
+        "from kb.repro.harness import ReproCheck, cli_main\n"
+        "class Broken(ReproCheck):\n"
+        "    incident_id = 'broken-check'\n"
+        "    def triggers(self, settings):\n        return None, 'n/a'\n"
+        "    def run(self, settings, device, fixed):\n        raise ValueError('boom')\n"
+        "raise SystemExit(cli_main(Broken))\n"))
+    v = run_check("broken-check", tmp_path, device="cpu", timeout=60)
+    assert v.exit_code == 2 and "boom" in v.error
+
+
+def test_unknown_incident_is_a_clear_error(tmp_path, capsys):
+    with pytest.raises(NotFound):
+        run_check("no-such-incident", INCIDENTS)
+    with pytest.raises(NotFound):
+        run_check("../etc", INCIDENTS)
+    assert kb_main(["--incidents-dir", str(INCIDENTS), "repro", "no-such-incident"]) == 3
+    assert "unknown incident" in capsys.readouterr().err
+
+
+# --- `kb repro ID --config`: do *my* settings trigger it? -----------------------------------------------------
+
+def _kb_repro_json(capsys, *args: str) -> tuple[int, dict]:
+    rc = kb_main(["--incidents-dir", str(INCIDENTS), "repro", *args, "--device", "cpu", "--no-framework", "--json"])
+    return rc, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.slow  # a subprocess imports torch
+def test_config_that_triggers(tmp_path, capsys):
+    cfg = tmp_path / "simpo.yaml"
+    cfg.write_text("loss_type: simpo\nmax_length: 2048\nmax_prompt_length: 2048\nbf16: true\n", encoding="utf-8")
+    rc, out = _kb_repro_json(capsys, "trl-simpo-empty-response-nan", "--config", str(cfg))
+    assert rc == 0 and out["user_settings_trigger"] is True
+    assert out["evidence"]["user"]["loss"] == "nan"
+
+
+@pytest.mark.slow  # a subprocess imports torch
+def test_config_that_does_not_trigger(tmp_path, capsys):
+    cfg = tmp_path / "simpo.yaml"
+    cfg.write_text("loss_type: simpo\nmax_length: 2048\nmax_prompt_length: 1024\n", encoding="utf-8")
+    rc, out = _kb_repro_json(capsys, "trl-simpo-empty-response-nan", "--config", str(cfg))
+    assert rc == 1 and out["user_settings_trigger"] is False
+    assert math.isfinite(out["evidence"]["user"]["loss"])
+    assert out["reproduced"] and out["fixed"]  # the mechanism itself still reproduces
+
+
+@pytest.mark.slow  # a subprocess imports torch
+def test_command_line_as_config(tmp_path, capsys):
+    cmd = tmp_path / "run.sh"
+    cmd.write_text("deepspeed train_kto.py --micro_train_batch_size 1 --max_len 4096 --vanilla_loss\n", encoding="utf-8")
+    rc, out = _kb_repro_json(capsys, "openrlhf-kto-vanilla-loss-nan", "--config", str(cmd))
+    assert rc == 0 and out["settings"]["micro_batch_size"] == 1 and out["user_settings_trigger"] is True
+
+
+def test_facts_of_kb_diagnose_map_to_check_settings(tmp_path):
+    from kb.repro.user import facts_from_json
+
+    path = tmp_path / "diagnosis.json"  # the shape of `kb diagnose --json`
+    path.write_text(json.dumps({"facts": {"sequence_parallel_size": {"value": 1, "kind": "config"},
+                                          "framework": {"value": "ms-swift", "kind": "text"}}}), encoding="utf-8")
+    c = check("ms-swift-dpo-sp-nll-nan")
+    settings = c.settings_from_facts(facts_from_json(path))
+    assert settings == {"sequence_parallel_size": 1}
+    assert c.triggers({**c.defaults, **settings})[0] is False

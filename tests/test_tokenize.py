@@ -1,0 +1,32 @@
+"""The tokenizer keeps identifiers whole, splits their parts, and cuts Chinese with domain words."""
+
+from kb.tokenize import detect_lang, tokenize
+
+
+def test_identifiers_stay_whole_with_their_parts():
+    toks = tokenize("--max_prompt_length 2048 sequence_parallel_size grad_norm")
+    assert "max_prompt_length" in toks and "prompt" in toks
+    assert "sequence_parallel_size" in toks and "grad_norm" in toks
+    assert "--max_prompt_length" not in toks
+
+
+def test_numbers_and_negative_labels_stay_whole():
+    toks = tokenize("labels are all -100, loss 1.19e+34")
+    assert "-100" in toks and "1.19e+34" in toks
+
+
+def test_case_folding_and_model_names():
+    toks = tokenize("Qwen2-7B-Instruct DPO")
+    assert "qwen2-7b-instruct" in toks and "qwen2" in toks and "dpo" in toks
+
+
+def test_chinese_domain_words_and_mixed_text():
+    toks = tokenize("序列并行 DPO nll_loss 为 nan，奖励模型用半精度")
+    for w in ("序列并行", "dpo", "nll_loss", "nan", "奖励模型", "半精度"):
+        assert w in toks
+    assert "，" not in toks and "为" not in toks
+
+
+def test_language_detection():
+    assert detect_lang("序列并行 DPO nll_loss 为 nan") == "zh"
+    assert detect_lang("DPO NLL loss nan with sequence_parallel_size 4") == "en"
