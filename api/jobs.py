@@ -18,6 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.errors import APIError, ErrorBody
 from kb.errors import KBError
 
+try:  # the runner's own Verdict model documents the job answer; any JSON object when it is absent
+    from kb.repro.harness import Verdict
+except ImportError:  # pragma: no cover - the repro harness is an optional part of the library
+    Verdict = dict[str, Any]  # type: ignore[misc]
+
 JobStatus = Literal["queued", "running", "succeeded", "failed"]
 _JOB_ID = re.compile(r"[0-9a-f]{32}")
 # Finished job records kept on disk; older ones are pruned so the folder stays small.
@@ -42,8 +47,8 @@ class Job(BaseModel):
     started_at: float | None = None
     finished_at: float | None = None
     params: ReproParams
-    # The repro runner's Verdict (kb.repro), as JSON.
-    verdict: dict[str, Any] | None = None
+    # The repro check's verdict: reproduced (faulty run fails), fixed (the fix stays finite), evidence.
+    verdict: Verdict | None = None
     error: ErrorBody | None = None
 
 
@@ -118,8 +123,12 @@ class JobManager:
         try:
             verdict = runner(job.incident_id, incidents_dir=self.incidents_dir, device=job.params.device,
                              settings_override=job.params.settings_override or None, timeout=timeout)
-            job.verdict = verdict.model_dump(mode="json") if hasattr(verdict, "model_dump") else dict(verdict)
-            job.status = "succeeded"
+            job.verdict = verdict
+            error = getattr(verdict, "error", None)
+            # A check that could not run (timeout, crash, bad settings) is a failed job that keeps its verdict.
+            job.status = "failed" if error else "succeeded"
+            if error:
+                job.error = ErrorBody(code="repro_error", message=str(error))
         except KBError as e:
             job.status, job.error = "failed", ErrorBody(code=e.code, message=str(e))
         except Exception as e:  # noqa: BLE001 - a crashing check is a failed job, not a dead worker

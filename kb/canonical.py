@@ -137,6 +137,11 @@ FACTS: tuple[FactSpec, ...] = (
     FactSpec("zero_hpz_partition_size", "int", ("zero_hpz_partition_size", "zero_optimization.zero_hpz_partition_size"),
              "DeepSpeed ZeRO++ hierarchical partition size"),
     FactSpec("gpu_bf16", "bool", ("gpu_bf16",), "whether the GPU supports bf16 (V100/T4/P100: no)"),
+    # Added for diagnosis triggers (kb/diagnose): RM padding side, PRM placeholder, verl mini-batch.
+    FactSpec("padding_side", "str", ("padding_side", "tokenizer.padding_side"), "tokenizer padding side (left / right)",
+             {"left": "left", "right": "right"}),
+    FactSpec("placeholder_token", "str", ("placeholder_token",), "PRM step placeholder token"),
+    FactSpec("mini_batch_size", "int", ("ppo_mini_batch_size", "mini_batch_size"), "PPO mini-batch size (verl)"),
     FactSpec("model_family", "str", ("model_family",), "model family (qwen2, llama, gemma2, internlm2 …)"),
     FactSpec("deepspeed_config", "str", ("deepspeed", "deepspeed_config", "ds_config"),
              "DeepSpeed config file named on the command line"),

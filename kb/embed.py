@@ -119,7 +119,8 @@ class SentenceTransformerEmbedder(Embedder):
                 "Point KB_EMBED_MODEL at a local sentence-transformers directory."
             ) from e
         self.name = path_or_name
-        self.dim = int(self._model.get_sentence_embedding_dimension() or 0)
+        dim_fn = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
+        self.dim = int(dim_fn() or 0)
 
     def encode(self, texts: list[str], *, query: bool = False) -> np.ndarray:
         if not texts:

@@ -63,6 +63,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="use-multilingual,minilm-l6,e5-small-q4,static-64")
     ap.add_argument("--json", help="write results here")
+    ap.add_argument("--weights", default="1.0:0.6",
+                    help="comma-separated dense:bm25 RRF weight pairs for the hybrid rows, e.g. 1:0.6,0.5:1")
     args = ap.parse_args()
 
     records, _ = load_incidents(REPO / "incidents")
@@ -99,7 +101,11 @@ def main() -> int:
         m_mono = {lang: emb.encode(mono[lang][1]) for lang in mono}
         lat = []
         out: dict[str, dict] = {}
-        for mode in ("dense", "bm25", "hybrid"):
+        pairs = [tuple(float(x) for x in w.split(":")) for w in args.weights.split(",")]
+        modes = ["dense", "bm25"] + [f"hybrid {wd:g}:{wb:g}" for wd, wb in pairs]
+        for mode in modes:
+            wd, wb = (1.0, 0.0) if mode == "dense" else (0.0, 1.0) if mode == "bm25" else \
+                tuple(float(x) for x in mode.split()[1].split(":"))
             same, cross, devr = {"en": [], "zh": []}, {"en": [], "zh": []}, []
             for q in queries:
                 t = time.perf_counter()
@@ -108,19 +114,19 @@ def main() -> int:
                 qt = tokenize(q["query"])
                 d_order = ranked_ids(both_ids, m_both @ qv)
                 b_order = ranked_ids(both_ids, bm_both.scores(qt))
-                order = {"dense": d_order, "bm25": b_order, "hybrid": rrf([(d_order, 1.0), (b_order, 0.6)])}[mode]
+                order = rrf([(d_order, wd), (b_order, wb)])
                 same[q["lang"]].append(rank_of(order, q["expected_id"]))
                 other = "en" if q["lang"] == "zh" else "zh"
                 ids = mono[other][0]
                 d2 = ranked_ids(ids, m_mono[other] @ qv)
                 b2 = ranked_ids(ids, bm_mono[other].scores(qt))
-                order2 = {"dense": d2, "bm25": b2, "hybrid": rrf([(d2, 1.0), (b2, 0.6)])}[mode]
+                order2 = rrf([(d2, wd), (b2, wb)])
                 cross[q["lang"]].append(rank_of(order2, q["expected_id"]))
             for d in dev:
                 qv = emb.encode([d["query"]], query=True)[0]
                 d_order = ranked_ids(both_ids, m_both @ qv)
                 b_order = ranked_ids(both_ids, bm_both.scores(tokenize(d["query"])))
-                order = {"dense": d_order, "bm25": b_order, "hybrid": rrf([(d_order, 1.0), (b_order, 0.6)])}[mode]
+                order = rrf([(d_order, wd), (b_order, wb)])
                 cats = list(dict.fromkeys(cat_of[i] for i in order))
                 devr.append(rank_of(cats, d["expected_category"]))
             out[mode] = {

@@ -134,6 +134,26 @@ def test_verdict_json_round_trip_keeps_nan():
     assert nan(back.evidence["faulty"]["loss"]) and back.confirmed
 
 
+def test_gpu_only_effect_on_cpu_says_so_instead_of_pretending():
+    from kb.repro.harness import ReproCheck, Skip
+
+    class KernelBug(ReproCheck):
+        incident_id = "some-cuda-kernel-nan"
+        gpu_only_effect = True
+
+        def triggers(self, settings):
+            return None, "depends on the GPU"
+
+        def run(self, settings, device, fixed):
+            if device == "cpu":
+                raise Skip("the faulty kernel exists only on CUDA")
+            return {"loss": 0.0}
+
+    v = evaluate(KernelBug(), "cpu")
+    assert v.cpu_only_skip and v.error is None and not v.reproduced and v.exit_code == 1
+    assert any("not reproducible on CPU" in n for n in v.notes)
+
+
 # --- runner: subprocess path, timeouts, unknown ids, broken checks --------------------------------------------
 
 @pytest.mark.slow  # a subprocess imports torch

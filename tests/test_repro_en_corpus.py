@@ -13,10 +13,10 @@ import torch
 from kb.repro.harness import ReproCheck, Verdict, cli_main, evaluate, load_check
 
 INCIDENTS = Path(__file__).resolve().parent.parent / "incidents"
-CPU_CHECKS = ["trl-orpo-bf16-log-odds-nan", "deepspeed-chat-rm-left-padding-nan",
+CPU_CHECKS = ["trl-orpo-log1p-backward-nan", "deepspeed-chat-rm-left-padding-nan",
               "nemo-rl-grpo-loo-std-advantage-explosion", "ms-swift-gdpo-nan-reward-advantages",
               "verl-ppo-micro-batch-exceeds-mini-batch-nan", "miles-ppo-ratio-exp-overflow-nan",
-              "unsloth-hermes3-llama3-template-untrained-tokens"]
+              "unsloth-llama3-untrained-tokens-nan"]
 GPU_ONLY = ["deepspeed-zero2-overlap-comm-multistream-race", "deepspeed-zero2-overlap-comm-buffer-recycle"]
 
 
@@ -52,7 +52,7 @@ def test_check_reproduces_and_fix_holds_on_cpu(incident_id):
 
 
 def test_orpo_bf16_log_prob_rounds_to_zero_and_fp32_log1mexp_is_finite():
-    v = verdict("trl-orpo-bf16-log-odds-nan")
+    v = verdict("trl-orpo-log1p-backward-nan")
     faulty, fixed = v.evidence["faulty"], v.evidence["fixed"]
     assert v.dtype == "bf16" and faulty["chosen_logp"] == 0.0  # true value ~ -7.6e-4, lost to bf16 spacing
     assert nan(faulty["log_odds"]) and nan(faulty["loss"]) and nan(faulty["grad_norm"])
@@ -61,12 +61,12 @@ def test_orpo_bf16_log_prob_rounds_to_zero_and_fp32_log1mexp_is_finite():
 
 
 def test_orpo_in_fp32_is_not_triggered_and_fp16_is():
-    fp32 = verdict("trl-orpo-bf16-log-odds-nan", precision="fp32")
+    fp32 = verdict("trl-orpo-log1p-backward-nan", precision="fp32")
     assert fp32.user_settings_trigger is False and fp32.exit_code == 1
     assert fp32.evidence["user"]["chosen_logp"] < 0 and finite(fp32.evidence["user"]["loss"])
-    fp16 = verdict("trl-orpo-bf16-log-odds-nan", precision="fp16")
+    fp16 = verdict("trl-orpo-log1p-backward-nan", precision="fp16")
     assert fp16.user_settings_trigger is True and nan(fp16.evidence["user"]["log_odds"])
-    ok, _ = check("trl-orpo-bf16-log-odds-nan").triggers({"algorithm": "DPO", "precision": "bf16"})
+    ok, _ = check("trl-orpo-log1p-backward-nan").triggers({"algorithm": "DPO", "precision": "bf16"})
     assert ok is False
 
 
@@ -139,12 +139,12 @@ def test_ppo_ratio_overflow_inf_times_zero_advantage():
 
 
 def test_untrained_template_rows_cannot_be_learned_with_frozen_embeddings():
-    v = verdict("unsloth-hermes3-llama3-template-untrained-tokens")
+    v = verdict("unsloth-llama3-untrained-tokens-nan")
     faulty, fixed = v.evidence["faulty"], v.evidence["fixed"]
     assert faulty["untrained_tokens_in_batch"] == 3 and faulty["untrained_token_ids"] == "40 41 42"
     assert faulty["eot_logit_abs_max"] == 0.0 and faulty["eot_row_grad_norm"] == 0.0  # pinned, never updated
     assert faulty["eot_loss"] > 1.0 > fixed["eot_loss"]
-    c = check("unsloth-hermes3-llama3-template-untrained-tokens")
+    c = check("unsloth-llama3-untrained-tokens-nan")
     assert c.triggers({"use_peft": True, "trainable_embeddings": True})[0] is False
     assert c.triggers(c.settings_from_facts({"use_peft": True, "errors": ["untrained_tokens"]}))[0] is True
 

@@ -54,13 +54,14 @@ def _table(verdicts) -> str:
 
     rows = []
     for v in verdicts:
-        state = "ERROR" if v.error else ("confirmed" if v.confirmed else "not confirmed")
+        state = ("ERROR" if v.error else "needs GPU" if v.cpu_only_skip
+                 else "confirmed" if v.confirmed else "not confirmed")
         trig = {True: "yes", False: "no", None: "?"}[v.user_settings_trigger]
         rows.append([v.incident_id, state, str(v.reproduced), str(v.fixed), trig, v.device,
                      _evidence_line(v.evidence.get("faulty", {})), _evidence_line(v.evidence.get("fixed", {})),
-                     f"{v.seconds:.1f}", v.error or ""])
+                     f"{v.seconds:.1f}", v.error or (v.notes[-1] if v.cpu_only_skip else "")])
     return table(["incident", "verdict", "reproduced", "fixed", "trigger", "device", "faulty", "fixed run", "s",
-                  "error"], rows, max_col=48)
+                  "error / note"], rows, max_col=48)
 
 
 def run(args) -> int:
@@ -79,7 +80,7 @@ def run(args) -> int:
             print(_table(verdicts))
         if any(v.error for v in verdicts):
             return 2
-        return 0 if all(v.reproduced and v.fixed for v in verdicts) else 1
+        return 0 if all(v.reproduced and v.fixed for v in verdicts if not v.cpu_only_skip) else 1
     if not args.incident_id:
         raise InputError("give an incident id, --all or --list")
     facts = _user_facts(args)

@@ -24,6 +24,8 @@ _PROSE_KV = re.compile(r"(?<![\w\-])(?P<k>[A-Za-z]+_[A-Za-z_]+)\s*(?:设置为|�
                        r"(?P<v>[A-Za-z0-9][\w.\-]*)")
 _HALF_CALL = re.compile(r"\b(?P<obj>\w*model\w*)\s*(?:=\s*\w+)?\.(?:half\(\)|to\(\s*(?:dtype\s*=\s*)?torch\.(?:float16|half)\s*\))",
                         re.IGNORECASE)
+_FROM_PRETRAINED = re.compile(r"from_pretrained\(\s*(?:pretrained_model_name_or_path\s*=\s*)?(?:[\"'](?P<m>[^\"']+)[\"'])?")
+_QUOTED_ARG = re.compile(r"^\s*[\"'](?P<m>[^\"']+)[\"']\s*,?\s*(?:#.*)?$")
 _AUTOCAST = re.compile(r"autocast\([^)]*dtype\s*=\s*torch\.(?P<d>float16|half|bfloat16)|GradScaler\(", re.IGNORECASE)
 _LAUNCHERS = ("swift", "deepspeed", "torchrun", "accelerate", "python", "python3", "llamafactory-cli", "xtuner",
               "trl", "bash", "sh", "srun", "ray", "openrlhf", "colossalai", "tune", "axolotl")
@@ -42,6 +44,31 @@ def _is_bool(raw_key: str) -> bool:
 def _clean_value(v: str) -> str:
     v = re.sub(r"\s+#.*$", "", v).strip().rstrip(",").strip()
     return v.strip("'\"")
+
+
+_NEXT_SETTING = re.compile(r"\s+[+~]?[A-Za-z_][\w.\-]*\s*[=:]")
+_CALL_VALUE = re.compile(r"^[A-Za-z_][\w.]*\(")
+
+
+def _line_value(v: str, sep: str) -> str | None:
+    """The value of `key = value` / `key: value` on one line, ending where the value ends.
+
+    A quoted value ends at its closing quote (`attn_implementation="flash_attention_2" google/...`); an unquoted
+    `=` value ends at whitespace, a comma or a paren, so space-separated hydra overrides
+    (`a.b=1 c.d=low_var_kl`) are each read by `inline`; a trailing `\\` continuation is dropped.
+    None for a Python call (`model = AutoModel.from_pretrained(`), which is not a setting.
+    """
+    v = re.sub(r"\s*\\$", "", v.strip())
+    if not v:
+        return ""
+    if v[0] in "'\"":
+        end = v.find(v[0], 1)
+        return v[1:end] if end > 0 else _clean_value(v)
+    if _CALL_VALUE.match(v):
+        return None
+    if sep == "=" or _NEXT_SETTING.search(v):
+        return re.split(r"[\s,()]", v, maxsplit=1)[0]
+    return _clean_value(v)
 
 
 def _set_config(facts: Facts, raw_key: str, raw_value: Any, n: int, detail: str, source: str, kind: str = "config",
@@ -106,14 +133,19 @@ def structured(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         m = _KV_LINE.match(s)
         if not m or len(m.group("v")) > 300:
             continue
-        k, v = m.group("k"), _clean_value(m.group("v"))
-        if v.startswith("{") and v.endswith("}"):
+        k, raw = m.group("k"), _clean_value(m.group("v"))
+        if raw.startswith("{") and raw.endswith("}"):
+            v = raw
             try:
                 for sub, sv in _flatten(json.loads(v), k):
                     _set_config(facts, sub, sv, n, stripped, source)
             except ValueError:
                 pass
             continue
+        got = _line_value(re.sub(r"\s+#.*$", "", m.group("v")), m.group("sep"))
+        if got is None:
+            continue
+        v = got
         path = ".".join([x for _, x in stack] + [k])
         if _set_config(facts, path, v, n, stripped, source) is None and path != k:
             _set_config(facts, k, v, n, stripped, source)
@@ -171,8 +203,10 @@ def _close_truncated(t: str) -> Any:
 
 def inline(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     """`key=value` inside Python calls and prose, `--flag value` fragments, `model.half()`, autocast."""
-    for n, s in lines:
+    for i, (n, s) in enumerate(lines):
         for m in _INLINE_KV.finditer(s):
+            if s[m.end():m.end() + 1] == "(":  # `model = AutoModel.from_pretrained(`: a call, not a value
+                continue
             if canonical_key(m.group("k")) or m.group("k").lower() in ("fp16", "bf16", "half"):
                 _set_config(facts, m.group("k"), _clean_value(m.group("v")), n, s.strip(), source,
                             fix=_is_fix_context(s, m.start()))
@@ -187,6 +221,15 @@ def inline(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             if canonical_key(m.group("k")) and not re.search(r"[:=]\s*$", s[: m.start()]):
                 _set_config(facts, m.group("k"), m.group("v"), n, s.strip(), source, kind="text",
                             fix=_is_fix_context(s, m.start()))
+        m = _FROM_PRETRAINED.search(s)
+        if m:
+            # The model id is the first positional argument, on this line or alone on the next one.
+            name = m.group("m")
+            if name is None and s[m.end():].strip() == "" and i + 1 < len(lines):
+                nxt = _QUOTED_ARG.match(lines[i + 1][1])
+                name = nxt.group("m") if nxt else None
+            if name and ("/" in name or re.search(r"\d", name)):
+                facts.set("model", name, "config", n, s.strip(), source)
         m = _HALF_CALL.search(s)
         if m:
             _set_config(facts, "model.half", "half", n, s.strip(), source, fix=_is_fix_context(s, m.start()))

@@ -31,6 +31,13 @@ ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
         ("nan_loss_error", (r"loss (?:is|became|=) nan|Loss is NaN|NaN or Inf found in input tensor|"
                            r"nan loss detected|detected nan"), True),
         ("softcap_missing", r"soft[-_ ]?capping|softcap", True),
+        # A reward function that hands back None / NaN (parse failure, API error) poisons the advantages.
+        ("nan_reward", (r"reward\w*(?: func\w*| fn| model)?\W{0,3}.{0,40}\b(?:returns?|returned|returning|gives?|gave|"
+                       r"yields?|outputs?)\s+(?:a\s+)?(?:None|nan|NaN|float\(\s*['\"]nan['\"]\s*\))|"
+                       r"rewards?_per_func\w*.{0,30}\bnan\b|nan (?:in|for) (?:the )?rewards?\b"), True),
+        # Attention rows with no key left to attend to (padding) give NaN in softmax / SDPA.
+        ("masked_row_nan", (r"(?:fully|entirely|completely)[- ]masked (?:rows?|quer(?:y|ies))|"
+                           r"rows? (?:is |are )?(?:fully|completely|entirely) masked|all[- ]masked rows?"), True),
         ("cuda_oom", r"CUDA out of memory|OutOfMemoryError|out of memory|显存不足|OOM\b", False),
         ("import_error", r"ModuleNotFoundError|ImportError|No module named|cannot import name", False),
         ("pip_error", (r"Could not find a version that satisfies|ResolutionImpossible|Failed building wheel|"
@@ -87,7 +94,9 @@ def _record_from_pairs(n: int, text: str, pairs: list[tuple[str, str]]) -> Recor
         except ValueError:
             continue
     # A metric record has at least two numbers, one of them named like a metric (a config line has one).
-    if len(metrics) < 2 or not any(_METRIC_WORD.search(k) for k in metrics):
+    # ("advantages stats: min=-1e6, max=1e6" names its metric once, before the pairs.)
+    lead = text[: text.find(pairs[0][0])] if pairs else ""
+    if len(metrics) < 2 or not (any(_METRIC_WORD.search(k) for k in metrics) or _METRIC_WORD.search(lead)):
         return None
     step = None
     for k, val in metrics.items():
@@ -188,8 +197,12 @@ def metric_facts(records: list[Record], facts: Facts, source: str) -> None:
                 facts.add("zero_metrics", k, "log", r.line, detail, source)
                 facts.add("symptom", "zero_loss", "log", r.line, detail, source)
                 bad_here = True
-            elif abs(v) > 1e4 and (is_loss_like(k) or "norm" in k.lower()):
+            elif abs(v) > 1e4 and (is_loss_like(k) or "norm" in k.lower() or "advantage" in k.lower()):
                 facts.add("huge_metrics", k, "log", r.line, detail, source)
+                facts.add("symptom", "huge", "log", r.line, detail, source)
+            elif abs(v) > 1e4 and k.lower() in ("min", "max") and "advantage" in r.text.lower():
+                # "Normalized advantages stats: min=-1000000.0, max=1000000.0": the stats name their subject once.
+                facts.add("huge_metrics", "advantages", "log", r.line, detail, source)
                 facts.add("symptom", "huge", "log", r.line, detail, source)
             if math.isfinite(v) and v != 0.0:
                 seen_nonzero[k] = True

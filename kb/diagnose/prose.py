@@ -34,13 +34,18 @@ _ATTN = (
 )
 _COLLAPSE = re.compile(r"!{4,}|exclamation mark|感叹号|全(?:部)?(?:变)?(?:为|是|成)\s*[!！]|token id (?:is )?0\b|"
                        r"id 0\b|乱码|gibberish|garbage output|repeat(?:s|ed|ing)? the same token", re.IGNORECASE)
+# verl's `low_var_kl` (Schulman's k3): exp(ref - logp) overflows when the policy drifts; named in prose and code.
+_KL_K3 = re.compile(r"low[_ ]var[_ ]kl|\bk3\b(?:[ _-]?(?:kl|estimator))|kl[ _-]?estimator\W{0,3}k3", re.IGNORECASE)
 _LENGTH_NORM = re.compile(r"length[- ]normali[sz]\w*|average[_ ]log[_ ]?probs?|average_logps|长度归一", re.IGNORECASE)
 _METRIC_NAME = r"(?:[A-Za-z_/]*(?:loss|norm|kl|acc|accuracy|rewards?|logps|logits|margins?|entropy|ppl)[A-Za-z_/]*)"
-_BAD_VALUE = r"(?:nan|NaN|NAN|inf|Inf|INF|infinity|无穷大?|0(?:\.0+)?(?![\d.])|zero)"
+_BAD_VALUE = r"(?:(?i:nan|inf|infinity)|无穷大?|0(?:\.0+)?(?![\d.])|zero)"  # "kl变为Nan" too
 _PROSE_METRIC = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")(?=(?P<gap>[^\n,，。.;；=]{0,30}?)"
-                           r"(?<![A-Za-z0-9_.])(?P<v>" + _BAD_VALUE + r")(?![A-Za-z0-9_]))")
+                           r"(?<![A-Za-z0-9_.])(?P<v>" + _BAD_VALUE + r")(?![A-Za-z0-9_]))", re.IGNORECASE)
 _PROSE_METRIC_REV = re.compile(r"(?<![\w])(?P<v>nan|NaN|inf|Inf)s?\b\s*(?:values?\s*)?(?:in|for|of|on)\s+(?:the\s+|both\s+)?"
                                r"(?P<m>" + _METRIC_NAME + r")", re.IGNORECASE)
+# "loss: 11.20 -> 11.17 -> nan", "loss 2.1 → 8.3 → inf": a trajectory that ends in a bad value.
+_TRAJECTORY = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")['\"]?\s*[:=：]?\s*(?:[-+]?[\d.]+(?:e[-+]?\d+)?\s*"
+                         r"(?:->|→|=>|—>|to|then|,)\s*)+(?P<v>nan|inf|0(?:\.0+)?(?![\d.]))(?![A-Za-z0-9_])", re.IGNORECASE)
 _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes? to|went to|turns? (?:in)?to|"
                      r"stays?|remains?|always|keeps?|got|gets|shows?|reports?|of|to|equals?|=|:|：|一直|都|总|变|变为|"
                      r"变成|为|是|出现|会|就|直接|也|and [\w/]+ (?:will be|are|were|become)|一直为|一直是|"
@@ -143,9 +148,12 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         if _COLLAPSE.search(s):
             facts.set("output_collapse", True, "text", n, s, source)
             facts.add("symptom", "collapse", "text", n, s, source)
-        if re.search(r"S\^?2[- ]?attn|S\^?2[- ]Attention|shift(?:ed)?[_ ]attn|shifted sparse attention|LongLoRA", s,
+        if re.search(r"S(?:\^?2|²)[- ]?attn|S(?:\^?2|²)[- ]Attention|shift(?:ed)?[_ ]attn|shifted sparse attention|LongLoRA", s,
                      re.IGNORECASE):
             facts.set("shift_attn", True, "text", n, s, source)
+        m = _KL_K3.search(s)
+        if m:
+            facts.set("kl_estimator", "k3", "text", n, s, source)
         if _LENGTH_NORM.search(s):
             facts.set("average_log_prob", True, "text", n, s, source)
         if re.search(r"\blora\b|\bqlora\b|peft", s, re.IGNORECASE):
@@ -153,6 +161,8 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         for m in _PROSE_METRIC.finditer(s):
             if not _GAP_OK.match(m.group("gap")):
                 continue
+            _prose_metric(facts, m.group("m"), m.group("v"), n, s, source)
+        for m in _TRAJECTORY.finditer(s):
             _prose_metric(facts, m.group("m"), m.group("v"), n, s, source)
         for m in _PROSE_METRIC_REV.finditer(s):
             _prose_metric(facts, m.group("m"), m.group("v"), n, s, source)

@@ -232,15 +232,30 @@ _VALUE = re.compile(
     _SEP + r"(?:[\"'“”‘’`](?P<qv>[^\"'“”‘’`\n]{1,80})[\"'“”‘’`]|"
     r"(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)(?![A-Za-z0-9_.])|"
     r"(?P<word>[A-Za-z_][A-Za-z0-9_.\-/]*))", re.IGNORECASE)
-_KEY = re.compile(r"(?<![A-Za-z0-9_\-./])(?P<dash>--?)?(?P<key>[A-Za-z][A-Za-z0-9_.\-]*[A-Za-z0-9])")
+# Only words that can be config keys in prose: flags (--x), identifiers with "_" or "." (max_length,
+# zero_optimization.stage) and any word directly followed by ":" or "=" (YAML, key=value).
+_KEY = re.compile(
+    r"(?:(?P<dash>--?)(?P<key>[A-Za-z][A-Za-z0-9_.\-]*[A-Za-z0-9])|"
+    r"(?P<ident>[A-Za-z][A-Za-z0-9]*[_.][A-Za-z0-9_.\-]*[A-Za-z0-9])|"
+    r"(?P<kv>[A-Za-z][A-Za-z0-9_\-]*[A-Za-z0-9])(?=[\"'`]?[ \t]*[:=]))")
 def _label_regex(label: str) -> str:
-    if not label.isascii():
-        return re.escape(label)
-    body = re.escape(label).replace(r"\ ", r"[\s_-]?")
-    return rf"(?<![{_ASCII_WORD}]){body}(?![{_ASCII_WORD}])"
+    return re.escape(label).replace(r"\ ", r"[\s_-]?") if label.isascii() else re.escape(label)
 
 
-_LABEL = re.compile("|".join(_label_regex(lab) for lab in sorted(PROSE_LABELS, key=len, reverse=True)), re.IGNORECASE)
+# No look-behind at the front of these two patterns: it would stop the regex engine from skipping ahead
+# to possible first characters, which makes scanning a long document several times slower. Word
+# boundaries are checked in Python instead (_ascii_bounded).
+_LABEL = re.compile("|".join(_label_regex(lab) for lab in sorted(PROSE_LABELS, key=len, reverse=True)),
+                    re.IGNORECASE)
+
+
+def _ascii_bounded(text: str, start: int, end: int) -> bool:
+    before = text[start - 1] if start > 0 else " "
+    after = text[end] if end < len(text) else " "
+    return not (before.isascii() and (before.isalnum() or before == "_")) and \
+        not (after.isascii() and (after.isalnum() or after == "_"))
+
+
 _DISABLE = re.compile(r"(禁用|关闭|关掉|移除|去掉|去除|删除|删掉|不使用|不用|不要|取消|避免使用|without|disabl\w*|"
                       r"remov\w*|drop\w*|turn(?:ed|ing)? off|no longer|omit\w*|unset)", re.IGNORECASE)
 _ENABLE = re.compile(r"(启用|开启|打开|使用|用了|加上|加了|添加|设置了|开了|enabl\w*|with|using|turn(?:ed|ing)? on|"
@@ -294,6 +309,8 @@ def extract_config(text: str, *, recommendation: bool = False) -> list[Finding]:
     found: list[Finding] = []
     # 1. Prose labels: "最大长度:8192", "学习率5e-7", "梯度累积步数(如32)", "learning rate of 1e-5".
     for lm in _LABEL.finditer(text):
+        if lm.group(0).isascii() and not _ascii_bounded(text, lm.start(), lm.end()):
+            continue
         key = PROSE_LABELS.get(re.sub(r"[\s_-]+", " ", lm.group(0).lower()))
         if key is None:
             continue
@@ -308,10 +325,10 @@ def extract_config(text: str, *, recommendation: bool = False) -> list[Finding]:
             found.append(Finding(key, value, _snippet(text, lm.start(), vm.end()), "label"))
     # 2. Identifiers and flags: "--vanilla_loss", "rpo_alpha采用默认值1.0", `torch_dtype为"half"`, "fp16: true".
     for km in _KEY.finditer(text):
-        raw, dash = km.group("key"), km.group("dash") or ""
-        nxt = text[km.end(): km.end() + 2].lstrip("\"'`")[:1]
-        if not (dash or "_" in raw or "." in raw or nxt in {":", "="}):
-            continue  # a plain English word such as "model" or "stage" is not a config key in prose
+        if km.start() > 0 and re.match(r"[A-Za-z0-9_\-./]", text[km.start() - 1]):
+            continue  # inside a longer word or path
+        raw = km.group("key") or km.group("ident") or km.group("kv")
+        dash = km.group("dash") or ""
         low = raw.lower()
         if low in {"fp16", "bf16", "fp32", "tf32"}:
             vm = _VALUE.match(text, km.end())

@@ -188,6 +188,31 @@ def _parallelism(config: dict[str, Any], reported: str) -> str:
     return " + ".join(parts) or "unknown"
 
 
+# Articles are a few kilobytes; past these sizes a document is mostly pasted logs, and reading every line
+# of it would only cost time (extraction is linear, roughly 15 s per MB), so only the head is analysed.
+ANALYSIS_CHARS = 300_000
+BODY_CHARS = 200_000
+
+
+def _cap(text: str, warnings: list[str], what: str, limit: int = ANALYSIS_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    if what:
+        warnings.append(f"the {what} text is {len(text):,} characters; facts were read from the first {limit:,}")
+    return text[:limit]
+
+
+def _cap_lines(lines: list[str], warnings: list[str], limit: int = ANALYSIS_CHARS + BODY_CHARS) -> list[str]:
+    total = 0
+    for i, ln in enumerate(lines):
+        total += len(ln) + 1
+        if total > limit:
+            warnings.append(f"document is longer than {limit:,} characters after cleaning; the rest was not parsed")
+            room = limit - (total - len(ln) - 1)
+            return lines[:i] + ([ln[:room]] if room > 0 else [])
+    return lines
+
+
 def _known_categories() -> set[str] | None:
     try:
         from kb.taxonomy import categories
@@ -237,7 +262,8 @@ def parse_document(text: str, *, name: str = "", fmt: str | None = None,
 
     cleaned = strip_boilerplate(rest.split("\n"))
     stripped += cleaned.removed
-    lines = join_broken_lines(cleaned.lines)
+    lines = _cap_lines(cleaned.lines, warnings)
+    lines = join_broken_lines(lines)
     title, sections = split_sections(lines)
     title = _clean_title(title or page_title)
     if not title:
@@ -250,10 +276,10 @@ def parse_document(text: str, *, name: str = "", fmt: str | None = None,
     reported_secs = [s for s in sections if s.reported]
     fix_secs = [s for s in sections if s.kind == FIX]
     advice_secs = [s for s in sections if not s.reported]
-    reported_text = "\n".join([title] + [s.text for s in reported_secs])
-    fix_text = "\n".join(s.text for s in fix_secs)
-    advice_text = "\n".join(s.text for s in advice_secs)
-    all_text = "\n".join([title] + [s.text for s in sections])
+    reported_text = _cap("\n".join([title] + [s.text for s in reported_secs]), warnings, "described")
+    fix_text = _cap("\n".join(s.text for s in fix_secs), warnings, "fix")
+    advice_text = _cap("\n".join(s.text for s in advice_secs), warnings, "advice")
+    all_text = _cap("\n".join([title] + [s.text for s in sections]), [], "")
     if not fix_secs:
         warnings.append("no fix / solution section found")
 
@@ -363,7 +389,7 @@ def parse_document(text: str, *, name: str = "", fmt: str | None = None,
                 config_changes=fix_changes),
         triggers=triggers,
         sources=sources,
-        body=bi(_render_body(sections)),
+        body=bi(_cap(_render_body(sections), warnings, "body", BODY_CHARS)),
         tags=tags,
     )
     return IngestResult(

@@ -88,6 +88,11 @@ class Verdict(BaseModel):
         return self.error is None and self.reproduced and self.fixed and self.user_settings_trigger is not False
 
     @property
+    def cpu_only_skip(self) -> bool:
+        """A GPU-only effect run on a CPU: nothing was reproduced, by design."""
+        return self.gpu_only_effect and self.device == "cpu" and not self.reproduced and self.error is None
+
+    @property
     def exit_code(self) -> int:
         if self.error is not None:
             return EXIT_ERROR
@@ -202,6 +207,12 @@ def _clean(evidence: dict[str, Any]) -> dict[str, Number]:
     return out
 
 
+def _where(e: BaseException) -> str:
+    """file:line where an exception was raised, for a one-line error."""
+    tb = traceback.extract_tb(e.__traceback__)
+    return f"{Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else "?"
+
+
 def evaluate(check: ReproCheck, device: str = "auto", user_settings: dict[str, Any] | None = None,
              framework: bool = True) -> Verdict:
     """Run a check: faulty and fixed at the reported settings, the user's settings when given, the framework level
@@ -245,6 +256,8 @@ def evaluate(check: ReproCheck, device: str = "auto", user_settings: dict[str, A
                 v.evidence["framework"] = _clean(check.run_framework(settings, dev))
             except Skip as e:
                 notes.append(f"framework level skipped: {e}")
+            except Exception as e:  # noqa: BLE001 - a framework API change must not hide the mechanism's verdict
+                notes.append(f"framework level failed: {type(e).__name__}: {e} ({_where(e)})")
         else:
             notes.append("framework level skipped: disabled (--no-framework)")
         if not v.reproduced:
@@ -252,10 +265,13 @@ def evaluate(check: ReproCheck, device: str = "auto", user_settings: dict[str, A
         if not v.fixed:
             notes.append("the fixed run is not finite: the fix was NOT confirmed")
     except Skip as e:
-        v.error = str(e)
+        if check.gpu_only_effect and v.device == "cpu":  # say so, without calling it an error or a reproduction
+            v.reproduced = v.fixed = False
+            notes.append(f"not reproducible on CPU: {e}")
+        else:
+            v.error = str(e)
     except Exception as e:  # noqa: BLE001 - a broken check reports, it does not crash the runner
-        v.error = f"{type(e).__name__}: {e}"
-        notes.append(traceback.format_exc(limit=4).strip().splitlines()[-1])
+        v.error = f"{type(e).__name__}: {e} ({_where(e)})"
     v.notes = notes
     v.seconds = round(time.perf_counter() - t0, 3)
     return v

@@ -96,5 +96,10 @@ def run_check(incident_id: str, incidents_dir: str | os.PathLike | None = None, 
 def run_all(incidents_dir: str | os.PathLike | None = None, device: str = "auto", timeout: float = DEFAULT_TIMEOUT,
             framework: bool = True, ids: list[str] | None = None) -> list[Verdict]:
     """Every check under the incidents folder (or `ids`), one subprocess each, in id order."""
-    return [run_check(i, incidents_dir, device, timeout=timeout, framework=framework)
-            for i in (ids or list_checks(incidents_dir))]
+    out: list[Verdict] = []
+    for i in ids or list_checks(incidents_dir):
+        try:
+            out.append(run_check(i, incidents_dir, device, timeout=timeout, framework=framework))
+        except NotFound as e:  # a folder renamed while the run was going on: report it, run the rest
+            out.append(Verdict(incident_id=i, device=device, error=str(e)))
+    return out

@@ -38,7 +38,7 @@ def log1mexp(x: torch.Tensor) -> torch.Tensor:
 class ORPOBf16LogOdds(ReproCheck):
     """ORPO odds-ratio term on confident logits: model-dtype log-probs + log1p(-exp) vs fp32 + log1mexp."""
 
-    incident_id = "trl-orpo-bf16-log-odds-nan"
+    incident_id = "trl-orpo-log1p-backward-nan"
     defaults: ClassVar[dict[str, Any]] = {"algorithm": "ORPO", "precision": "bf16"}
     watch = ("log_odds", "loss", "grad_norm")
     frameworks = ("trl",)

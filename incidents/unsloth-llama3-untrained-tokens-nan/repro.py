@@ -58,8 +58,8 @@ def untrained_ids(m: TinyLoraLM, ids: torch.Tensor) -> list[int]:
 class UntrainedTemplateTokens(ReproCheck):
     """60 AdamW steps on two Llama-3-templated samples: LoRA only vs mean-initialised, trained embed/lm_head."""
 
-    incident_id = "unsloth-hermes3-llama3-template-untrained-tokens"
-    defaults: ClassVar[dict[str, Any]] = {"model": "NousResearch/Hermes-3-Llama-3.1-8B", "algorithm": "SFT",
+    incident_id = "unsloth-llama3-untrained-tokens-nan"
+    defaults: ClassVar[dict[str, Any]] = {"model": "meta-llama/Meta-Llama-3-8B", "algorithm": "SFT",
                                           "use_peft": True, "trainable_embeddings": False}
     watch = ("eot_loss",)
     frameworks = ("unsloth", "peft")
@@ -78,7 +78,7 @@ class UntrainedTemplateTokens(ReproCheck):
         if "untrained_tokens" in (settings.get("errors") or []):
             return True, "unsloth reported untrained tokens in the data, and LoRA keeps their rows frozen"
         return None, (f"LoRA with frozen embeddings: triggers when the chat template uses tokens that "
-                      f"{settings.get('model') or 'the base model'} never trained (Llama-3 headers on Hermes 3)")
+                      f"{settings.get('model') or 'the base model'} never trained (Llama-3 headers on the base model or Hermes 3)")
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         threads = torch.get_num_threads()
