@@ -107,6 +107,8 @@ class KnowledgeBase:
         self.load_problems: list[str] = []
         self._lock = threading.RLock()
         self._records: dict[str, Incident] | None = None
+        self._fingerprint: str | None = None
+        self._doc_tokens: dict[str, tuple[str, set[str]]] = {}
         self._bundle: index_bundle.IndexBundle | None = None
         self._embedder = None
 
@@ -132,8 +134,10 @@ class KnowledgeBase:
             return self._records
 
     def reload(self) -> None:
+        """Forget cached records (after an ingest or an edit); the next call re-reads and re-checks the index."""
         with self._lock:
             self._records = None
+            self._fingerprint = None
 
     def get(self, incident_id: str) -> Incident:
         try:
@@ -169,11 +173,15 @@ class KnowledgeBase:
         return self.data_dir / "index"
 
     def fingerprint(self) -> str:
-        h = hashlib.sha256()
-        h.update(f"{index_bundle.FORMAT_VERSION}|{self.model_name}|".encode())
-        for rid, rec in self.records.items():
-            h.update(f"{rid}:{record_sha(rec)}|".encode())
-        return h.hexdigest()
+        """Hash of every record and the model: the index is current when it was built for this value."""
+        with self._lock:
+            if self._fingerprint is None:
+                h = hashlib.sha256()
+                h.update(f"{index_bundle.FORMAT_VERSION}|{self.model_name}|".encode())
+                for rid, rec in self.records.items():
+                    h.update(f"{rid}:{record_sha(rec)}|".encode())
+                self._fingerprint = h.hexdigest()
+            return self._fingerprint
 
     @property
     def embedder(self):
@@ -206,8 +214,10 @@ class KnowledgeBase:
                     bar.n = done
                     bar.refresh()
 
+            previous = self._bundle if self._bundle is not None else index_bundle.load(self.index_root)
             try:
-                self._bundle = index_bundle.build(recs, self.embedder, fp, self.index_root, progress)
+                self._bundle = index_bundle.build(recs, self.embedder, fp, self.index_root, progress,
+                                                  previous=previous)
             finally:
                 if bar is not None:
                     bar.close()
@@ -270,9 +280,13 @@ class KnowledgeBase:
             ))
         return hits
 
-    @staticmethod
-    def _matched_terms(q_tokens: list[str], inc: Incident, b: index_bundle.IndexBundle) -> list[str]:
-        doc_tokens = set(tokenize(" ".join(inc.search_text().values()), drop_stopwords=False))
+    def _matched_terms(self, q_tokens: list[str], inc: Incident, b: index_bundle.IndexBundle) -> list[str]:
+        sha = record_sha(inc)
+        cached = self._doc_tokens.get(inc.id)
+        if cached is None or cached[0] != sha:
+            cached = (sha, set(tokenize(" ".join(inc.search_text().values()), drop_stopwords=False)))
+            self._doc_tokens[inc.id] = cached
+        doc_tokens = cached[1]
         hit = [t for t in q_tokens if t in doc_tokens]
         idf = {t: float(b.bm25.idf[b.bm25.vocab[t]]) if t in b.bm25.vocab else 0.0 for t in hit}
         return sorted(hit, key=lambda t: -idf[t])

@@ -152,9 +152,10 @@ def test_untrained_template_rows_cannot_be_learned_with_frozen_embeddings():
 @pytest.mark.parametrize("incident_id", GPU_ONLY)
 def test_gpu_only_check_says_it_cannot_show_the_race_on_cpu(incident_id):
     v = verdict(incident_id)
-    assert v.gpu_only_effect and v.error and "GPU-only effect" in v.error
+    assert v.gpu_only_effect and v.cpu_only_skip and v.error is None
+    assert any("not reproducible on CPU" in n and "GPU-only effect" in n for n in v.notes)
     assert not v.reproduced and not v.confirmed and v.evidence == {}
-    assert v.exit_code == 2  # "could not run here", not "refuted"
+    assert v.exit_code == 1  # not confirmed here; the notes say a GPU is needed, nothing is pretended
 
 
 def test_gpu_only_settings_rules():
@@ -166,10 +167,11 @@ def test_gpu_only_settings_rules():
         assert c.triggers({"zero_stage": 3, "overlap_comm": True})[0] is False
 
 
-def test_gpu_only_check_command_line_exits_2_with_the_reason(capsys):
+def test_gpu_only_check_command_line_exits_1_with_the_reason(capsys):
     rc = cli_main(type(check(GPU_ONLY[1])), ["--device", "cpu", "--json", "--no-framework"])
     v = Verdict.model_validate_json(capsys.readouterr().out)
-    assert rc == 2 and "GPU-only effect" in v.error and v.gpu_only_effect
+    assert rc == 1 and v.gpu_only_effect and v.cpu_only_skip
+    assert any("GPU-only effect" in n for n in v.notes)
 
 
 @pytest.mark.parametrize("incident_id", GPU_ONLY)

@@ -9,28 +9,37 @@ from kb.commands._common import open_kb, print_json
 
 def register(sub) -> None:
     p = sub.add_parser("eval", help="evaluate diagnosis on a labelled JSONL set (query, expected_category)")
-    p.add_argument("file", help="JSONL with query, expected_category (null = should abstain), lang, kind")
+    p.add_argument("file", nargs="+", help="JSONL with query, expected_category (null = should abstain), lang, kind, "
+                   "source_url; several files are pooled")
+    p.add_argument("--holdout", action="store_true",
+                   help="also answer each query without the incidents citing its source_url (unless kind is "
+                        "known-issue) and report both numbers")
+    p.add_argument("--no-holdout-fit", dest="holdout_fit", action="store_false",
+                   help="with --calibrate: fit on features computed with every incident available")
     p.add_argument("--mode", default="full", choices=["bm25", "dense", "hybrid", "full", "all"],
                    help="bm25 | dense | hybrid retrieval alone, full = hybrid + triggers + signatures; all = each")
     p.add_argument("--calibrate", action="store_true",
-                   help="refit the confidence calibration on FILE and write kb/diagnose/calibration.json")
+                   help="refit the confidence calibration on FILE(s) (held-out features) and write "
+                        "kb/diagnose/calibration.json")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from kb.diagnose.evaluate import calibrate, evaluate, format_report, load_eval_set
+    from kb.diagnose.evaluate import calibrate, evaluate, format_report, load_eval_set, pooled_rows
 
-    rows = load_eval_set(args.file)
+    rows = pooled_rows(args.file) if len(args.file) > 1 else load_eval_set(args.file[0])
     kb = open_kb(args)
     if args.calibrate:
-        data = calibrate(kb, rows)
+        data = calibrate(kb, rows, holdout=args.holdout_fit, sources=[Path(f).name for f in args.file])
         print_json(data) if args.json else print(f"calibration written: {data}")
         return 0
     modes = ["bm25", "dense", "hybrid", "full"] if args.mode == "all" else [args.mode]
     reports = [evaluate(kb, rows, mode=m) for m in modes]
+    if args.holdout:
+        reports += [evaluate(kb, rows, mode=m, holdout=True) for m in modes]
     if args.json:
-        print_json(reports[0] if len(reports) == 1 else {"file": str(Path(args.file)), "modes": reports})
+        print_json(reports[0] if len(reports) == 1 else {"file": [str(Path(f)) for f in args.file], "modes": reports})
         return 0
     print("\n\n".join(format_report(r) for r in reports))
     return 0

@@ -114,9 +114,12 @@ def _meta_matches(inc: Incident, facts: Facts) -> list[tuple[str, Fact]]:
             if f and f.value == inc.precision and inc.precision == "fp16":
                 out.append((f"{key} {inc.precision}", f))
                 break
+    # Only settings the incident's triggers reason about count: sharing `max_length: 8192` or `beta: 0.1` with an
+    # unrelated report is a coincidence, not evidence.
+    causal = {c.fact for t in inc.triggers for c in (*t.all, *t.any)}
     for key, want in inc.config.items():
         f = facts.get(key)
-        if f is None or key in ("precision", "model"):
+        if f is None or key in ("precision", "model") or key not in causal:
             continue
         if isinstance(want, (int, float)) and not isinstance(want, bool) and isinstance(f.value, (int, float)):
             ok = (want > 1 and f.value > 1) if key in ("sequence_parallel_size", "zero_stage") and want > 1 \
@@ -210,9 +213,29 @@ def _decided_by(winner: Candidate, others: list[Candidate]) -> str:
     return "; ".join(parts)
 
 
+def _without(found: list[Any], exclude: frozenset[str], mode: str) -> list[Any]:
+    """Search hits with `exclude` removed and the RRF fusion redone over the rest (as if they were never indexed;
+    only BM25's corpus statistics still include them)."""
+    from kb.kb import RRF_K, W_BM25, W_DENSE
+
+    rest = [h for h in found if h.id not in exclude]
+    w_dense = 0.0 if mode == "bm25" else W_DENSE
+    w_bm25 = 0.0 if mode == "dense" else W_BM25
+    dense_rank = {h.id: r for r, h in enumerate(sorted(rest, key=lambda h: -h.dense), 1)}
+    bm_rank = {h.id: r for r, h in enumerate(sorted((h for h in rest if h.bm25 > 0), key=lambda h: -h.bm25), 1)}
+    best = (w_dense + w_bm25) / (RRF_K + 1)
+    out = []
+    for h in rest:
+        fused = w_dense / (RRF_K + dense_rank[h.id]) + (w_bm25 / (RRF_K + bm_rank[h.id]) if h.id in bm_rank else 0.0)
+        out.append(h.model_copy(update={"score": round(fused / best, 4), "dense_rank": dense_rank[h.id],
+                                        "bm25_rank": bm_rank.get(h.id)}))
+    out.sort(key=lambda h: (-h.score, h.id))
+    return out[:RETRIEVAL_K]
+
+
 def rank(kb: KnowledgeBase, facts: Facts, lines: list[tuple[str, int, str]], query: str, mode: str = "full",
-         warnings: list[str] | None = None) -> list[Candidate]:
-    """Every incident scored; best first."""
+         warnings: list[str] | None = None, exclude: frozenset[str] = frozenset()) -> list[Candidate]:
+    """Every incident scored; best first. `exclude` drops incidents from the candidate set (`kb eval --holdout`)."""
     if mode not in MODES:
         raise KBError(f"unknown mode {mode!r}; one of {', '.join(MODES)}")
     records = kb.records
@@ -221,8 +244,11 @@ def rank(kb: KnowledgeBase, facts: Facts, lines: list[tuple[str, int, str]], que
     if query.strip():
         try:
             # Beyond the top 20 the retrieval feature is ~0 anyway; search() explains every hit it returns.
-            found = kb.search(query, k=max(1, min(len(records), RETRIEVAL_K)),
+            # With exclusions every incident is fetched so the fusion can be redone without them.
+            found = kb.search(query, k=len(records) if exclude else max(1, min(len(records), RETRIEVAL_K)),
                               mode="hybrid" if mode == "full" else mode)
+            if exclude:
+                found = _without(found, exclude, "hybrid" if mode == "full" else mode)
             hits = {h.id: h for h in found}
             top_id = found[0].id if found else None
         except KBError as e:
@@ -232,6 +258,8 @@ def rank(kb: KnowledgeBase, facts: Facts, lines: list[tuple[str, int, str]], que
     symptom = in_scope(facts)
     cands = []
     for inc in records.values():
+        if inc.id in exclude:
+            continue
         c = Candidate(inc, retrieval=hits.get(inc.id))
         if mode == "full":
             c.triggers = [evaluate_trigger(t, facts) for t in inc.triggers]
@@ -245,8 +273,10 @@ def rank(kb: KnowledgeBase, facts: Facts, lines: list[tuple[str, int, str]], que
 
 
 def diagnose(kb: KnowledgeBase, log: str | None = None, config: str | None = None, question: str | None = None,
-             text: str | None = None, k: int = 3, mode: str = "full") -> Diagnosis:
-    """Diagnose a paste; see docs/DIAGNOSE.md. Raises InputError / InputTooLarge for unusable input."""
+             text: str | None = None, k: int = 3, mode: str = "full", exclude: frozenset[str] = frozenset()) -> Diagnosis:
+    """Diagnose a paste; see docs/DIAGNOSE.md. Raises InputError / InputTooLarge for unusable input.
+
+    `exclude`: incident ids left out of the candidate set (held-out evaluation)."""
     from kb.tokenize import detect_lang
 
     inputs = _inputs(log, config, question, text)
@@ -261,7 +291,7 @@ def diagnose(kb: KnowledgeBase, log: str | None = None, config: str | None = Non
     if not records:
         return Diagnosis(abstained=True, reason="the knowledge base has no incidents", facts=facts.to_dict(),
                          warnings=warnings + ["no incidents loaded (check --incidents-dir)"], lang=lang)
-    cands = rank(kb, facts, lines, retrieval_query(inputs, facts), mode=mode, warnings=warnings)
+    cands = rank(kb, facts, lines, retrieval_query(inputs, facts), mode=mode, warnings=warnings, exclude=exclude)
     _, threshold = _weights()
     items: list[DiagnosisItem] = []
     shown: list[Candidate] = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +29,27 @@ def load_eval_set(path: str | Path) -> list[dict[str, Any]]:
             row = json.loads(line)
         except ValueError as e:
             raise InputError(f"{path}:{i}: not JSON ({e})") from None
+        if isinstance(row, dict) and "query" not in row and "reporter_excerpt" in row and "category" in row:
+            # A corpus line (../shared/corpus/sources.jsonl): the reporter's own words, labelled by its category.
+            row = {"id": f"{p.stem}-{i}", "query": row["reporter_excerpt"], "expected_category": row["category"],
+                   "source_url": row.get("url"), "lang": row.get("lang", "?"), "kind": "excerpt"}
         if not isinstance(row, dict) or "query" not in row or "expected_category" not in row:
             raise InputError(f"{path}:{i}: each line needs 'query' and 'expected_category' (null = abstain)")
         rows.append(row)
+    return rows
+
+
+def pooled_rows(paths: list[str | Path]) -> list[dict[str, Any]]:
+    """Several labelled files as one set (ids prefixed by file name where they would collide)."""
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for path in paths:
+        for row in load_eval_set(path):
+            rid = str(row.get("id", ""))
+            if not rid or rid in seen:
+                row = {**row, "id": f"{Path(path).stem}:{rid or len(rows)}"}
+            seen.add(str(row["id"]))
+            rows.append(row)
     return rows
 
 
@@ -50,39 +69,79 @@ def _summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def evaluate(kb: KnowledgeBase, rows: list[dict[str, Any]], mode: str = "full") -> dict[str, Any]:
-    """Run every query; report overall and per-language / per-kind numbers plus each query's outcome."""
+def _norm_url(url: str) -> str:
+    return url.strip().lower().rstrip("/").removeprefix("http://").removeprefix("https://").removeprefix("www.")
+
+
+def holdout_exclusions(kb: KnowledgeBase, row: dict[str, Any]) -> frozenset[str]:
+    """Incidents that cite the query's own thread (`source_url`): left out of its candidate set in held-out mode,
+    unless the query is a `known-issue` (asking about a thread the KB is meant to contain)."""
+    url = row.get("source_url")
+    if not url or row.get("kind") == "known-issue":
+        return frozenset()
+    want = _norm_url(str(url))
+    return frozenset(inc.id for inc in kb.records.values()
+                     if any(s.url and _norm_url(s.url) == want for s in inc.sources))
+
+
+def reliability(results: list[dict[str, Any]], edges: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)) -> list[dict]:
+    """For bins of top-1 confidence: how many queries fell in the bin and the share whose top-1 was right
+    (a query that should abstain counts as wrong whatever it ranked first)."""
+    out = []
+    for lo, hi in pairwise(edges):
+        inb = [r for r in results if lo <= r["confidence"] < hi or (hi == edges[-1] and r["confidence"] == hi)]
+        right = sum(r["rank"] == 1 for r in inb)
+        out.append({"bin": f"{lo:.2f}-{hi:.2f}", "n": len(inb),
+                    "correct": round(right / len(inb), 3) if inb else None,
+                    "mean_confidence": round(sum(r["confidence"] for r in inb) / len(inb), 3) if inb else None})
+    return out
+
+
+def evaluate(kb: KnowledgeBase, rows: list[dict[str, Any]], mode: str = "full", holdout: bool = False) -> dict[str, Any]:
+    """Run every query; report overall and per-language / per-kind numbers plus each query's outcome.
+
+    `holdout`: each query with a `source_url` is answered without the incidents that cite that URL (unless its
+    kind is `known-issue`), so a same-cause report must be matched by other incidents of its category."""
     from kb.diagnose.engine import diagnose
 
     results = []
     for row in rows:
-        d = diagnose(kb, text=row["query"], k=10, mode=mode)
+        excl = holdout_exclusions(kb, row) if holdout else frozenset()
+        d = diagnose(kb, text=row["query"], k=10, mode=mode, exclude=excl)
         cats = [x.category for x in d.diagnoses]
         exp = row["expected_category"]
         rank = cats.index(exp) + 1 if exp in cats else None
+        reachable = exp is None or any(i.root_cause.category == exp for i in kb.records.values() if i.id not in excl)
         results.append({"id": row.get("id", ""), "lang": row.get("lang", "?"), "kind": row.get("kind", "?"),
                         "expected": exp, "predicted": cats[:3], "rank": rank, "abstained": d.abstained,
-                        "confidence": d.diagnoses[0].confidence if d.diagnoses else 0.0})
+                        "confidence": d.diagnoses[0].confidence if d.diagnoses else 0.0,
+                        "excluded": sorted(excl), "reachable": reachable})
     by_lang: dict[str, list] = defaultdict(list)
     by_kind: dict[str, list] = defaultdict(list)
     for r in results:
         by_lang[r["lang"]].append(r)
         by_kind[r["kind"]].append(r)
-    return {"mode": mode, "overall": _summary(results),
+    return {"mode": mode, "holdout": holdout, "overall": _summary(results),
             "by_lang": {k: _summary(v) for k, v in sorted(by_lang.items())},
             "by_kind": {k: _summary(v) for k, v in sorted(by_kind.items())},
+            "reliability": reliability(results),
             "queries": results}
 
 
-def calibration_rows(kb: KnowledgeBase, rows: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
-    """(features, label) for each (query, incident) pair: label 1 when the incident's category is expected."""
+def calibration_rows(kb: KnowledgeBase, rows: list[dict[str, Any]], holdout: bool = True
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(features, label) for each (query, incident) pair: label 1 when the incident's category is expected.
+
+    Rows that should abstain (expected_category null) give only negatives. With `holdout` (default) a query's own
+    thread is left out as in `kb eval --holdout`, so the fitted confidence reflects reports the KB has not seen."""
     from kb.diagnose.engine import FEATURES, collect_facts, rank, retrieval_query
 
     X, y = [], []
     for row in rows:
         inputs = [("text", row["query"])]
         facts, lines = collect_facts(inputs)
-        for c in rank(kb, facts, lines, retrieval_query(inputs, facts)):
+        excl = holdout_exclusions(kb, row) if holdout else frozenset()
+        for c in rank(kb, facts, lines, retrieval_query(inputs, facts), exclude=excl):
             X.append([c.features[f] for f in FEATURES])
             y.append(1.0 if c.incident.root_cause.category == row["expected_category"] else 0.0)
     return np.asarray(X, dtype=float), np.asarray(y, dtype=float)
@@ -110,17 +169,20 @@ def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1.0, steps: int = 500
     return w
 
 
-def calibrate(kb: KnowledgeBase, rows: list[dict[str, Any]], out: Path | None = None) -> dict[str, Any]:
-    """Refit the logistic weights on `rows` and write kb/diagnose/calibration.json (or `out`)."""
+def calibrate(kb: KnowledgeBase, rows: list[dict[str, Any]], out: Path | None = None, holdout: bool = True,
+              sources: list[str] | None = None) -> dict[str, Any]:
+    """Refit the logistic weights on `rows` (answerable and abstain rows) and write kb/diagnose/calibration.json."""
     from kb.diagnose.engine import ABSTAIN_BELOW, CALIBRATION_FILE, FEATURE_SIGNS, FEATURES
 
-    labelled = [r for r in rows if r.get("expected_category")]
-    X, y = calibration_rows(kb, labelled)
+    X, y = calibration_rows(kb, rows, holdout=holdout)
     if not len(y) or y.sum() == 0:
         raise InputError("no labelled pairs to calibrate on")
     w = fit_logistic(X, y, signs=[FEATURE_SIGNS[f] for f in FEATURES])
+    n_pos = sum(1 for r in rows if r.get("expected_category"))
     data = {"weights": {**{f: round(float(v), 4) for f, v in zip(FEATURES, w[:-1])}, "bias": round(float(w[-1]), 4)},
-            "abstain_below": ABSTAIN_BELOW, "fitted_on": {"queries": len(labelled), "pairs": len(y)}}
+            "abstain_below": ABSTAIN_BELOW,
+            "fitted_on": {"files": sources or [], "queries": len(rows), "answerable": n_pos,
+                          "abstain": len(rows) - n_pos, "pairs": len(y), "holdout": holdout}}
     p = 1.0 / (1.0 + np.exp(-(np.hstack([X, np.ones((len(X), 1))]) @ w)))
     data["fitted_on"]["log_loss"] = round(float(-np.mean(y * np.log(p + 1e-9) + (1 - y) * np.log(1 - p + 1e-9))), 4)
     target = out or CALIBRATION_FILE
@@ -134,9 +196,17 @@ def format_report(rep: dict[str, Any]) -> str:
         return (f"{name:<14} n={s['n']:<3} top1={f(s.get('top1'))} top3={f(s.get('top3'))} mrr={f(s.get('mrr'))} "
                 f"abstain P={f(s['abstain_precision'])} R={f(s['abstain_recall'])}")
 
-    out = [f"mode: {rep['mode']}", line("overall", rep["overall"])]
+    out = [f"mode: {rep['mode']}{' (held out: a query never sees the incidents citing its own thread)' if rep.get('holdout') else ''}",
+           line("overall", rep["overall"])]
     out += [line(f"lang={k}", v) for k, v in rep["by_lang"].items()]
     out += [line(f"kind={k}", v) for k, v in rep["by_kind"].items()]
+    if rep.get("reliability"):
+        out.append("reliability (top-1 confidence bin: n, share whose top-1 is right): " + "; ".join(
+            f"{b['bin']}: n={b['n']}" + (f" right={b['correct']:.2f}" if b["correct"] is not None else "")
+            for b in rep["reliability"]))
+    unreachable = [q["id"] for q in rep["queries"] if not q.get("reachable", True)]
+    if unreachable:
+        out.append(f"unreachable once held out (no other incident of the category): {', '.join(unreachable)}")
     misses = [q for q in rep["queries"] if q["rank"] != 1 and q["expected"] is not None
               or (q["expected"] is None and not q["abstained"])]
     if misses:
@@ -146,4 +216,5 @@ def format_report(rep: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-__all__ = ["calibrate", "evaluate", "fit_logistic", "format_report", "load_eval_set"]
+__all__ = ["calibrate", "evaluate", "fit_logistic", "format_report", "holdout_exclusions", "load_eval_set",
+           "pooled_rows", "reliability"]

@@ -166,9 +166,27 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             _prose_metric(facts, m.group("m"), m.group("v"), n, s, source)
         for m in _PROSE_METRIC_REV.finditer(s):
             _prose_metric(facts, m.group("m"), m.group("v"), n, s, source)
+        if _LR_FIX.search(s):
+            facts.add("fix_changes", "learning_rate=lower", "text", n, s, source)
+        for m in _LOSS_TYPE.finditer(s):
+            facts.set("loss_type", (m.group("a") or m.group("b")).lower(), "text", n, s, source)
+        if _KTO_WORDS.search(s) and "algorithm" not in facts:
+            facts.set("algorithm", "KTO", "text", n, s, source)
         for rx, sym in _SYMPTOM:
             if rx.search(s):
                 facts.add("symptom", sym, "text", n, s, source)
+
+
+# "lowered the lr and it trained", "After I set different lr for ... the loss becomes normal", "调小学习率后正常".
+_LR_FIX = re.compile(r"(?:lower(?:ed|ing)?|smaller|reduc\w*|decreas\w*|different|separate|调小|降低|减小|改小)\s*(?:the\s+)?"
+                     r"(?:lr|learning[ _]rate|学习率)(?![a-z]).{0,80}?(?:normal|fine|work\w*|solved|fix\w*|stable|ok\b|正常|好了|解决)|"
+                     r"(?:lr|learning[ _]rate|学习率).{0,12}(?:太大|过大|too (?:high|large|big))", re.IGNORECASE)
+# Preference-loss variants named in prose or code ("if I use 'ipo'", `loss_type == "ipo"`).
+_LOSS_TYPE = re.compile(r"loss_type\s*==\s*['\"](?P<a>\w+)['\"]|\b(?:use|using|with|switch(?:ed)? to)\s+['\"]?"
+                        r"(?P<b>ipo|simpo|hinge|sigmoid|kto_pair|robust|exo_pair|nca_pair)['\"]?(?:\s+loss)?\b",
+                        re.IGNORECASE)
+# Only KTO labels completions desirable / undesirable.
+_KTO_WORDS = re.compile(r"\b(?:un)?desir(?:ed|able)\b(?:\s+(?:completions?|examples?|samples?|data))?", re.IGNORECASE)
 
 
 def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: str) -> None:
@@ -187,6 +205,14 @@ def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: s
 
 def derive(facts: Facts, source: str) -> None:
     """Facts that follow from other facts; their evidence names the facts they came from."""
+    # Dynamic loss scaling exists only for fp16: "OVERFLOW! Skipping step" / "loss scale already at minimum"
+    # says the run is fp16 even when the paste never names its dtype.
+    if "precision" not in facts:
+        for eid in ("loss_scale_min", "ds_overflow"):
+            ev = facts.evidence_for("errors", eid)
+            if ev is not None and eid in facts.value("errors", []):
+                facts.set("precision", "fp16", "log", ev.line, f"fp16 loss scaling: {ev.detail}", ev.source)
+                break
     sp = facts.get("sequence_parallel_size")
     if sp is not None and isinstance(sp.value, int) and sp.value > 1:
         facts.set("sequence_parallel", True, sp.kind, sp.line, sp.detail, sp.source)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -19,8 +20,11 @@ from kb.index.vectors import FaissIndex, make_vector_index
 from kb.records import Incident
 from kb.tokenize import tokenize
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 CURRENT = "CURRENT"
+# Dense vectors see the head of each row (title, summary, root cause, fix: the gist); BM25 sees all of it.
+# Embedding cost grows with length, and the long prose tail mostly repeats the head in more words.
+DENSE_CHARS = 1200
 
 
 @dataclass
@@ -51,26 +55,57 @@ def rows_for(records: list[Incident]) -> tuple[list[Row], list[str]]:
     return rows, texts
 
 
+def text_sha(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+def _reusable_vectors(previous: IndexBundle | None, embedder) -> dict[str, np.ndarray]:
+    """Vectors of the previous build by text hash, when it used the same model: an ingest then embeds only
+    the rows that changed instead of the whole corpus."""
+    if previous is None or previous.meta.get("model") != embedder.name or previous.meta.get("dim") != embedder.dim:
+        return {}
+    shas = previous.meta.get("row_sha") or []
+    if len(shas) != previous.vectors.count():
+        return {}
+    try:
+        mat = previous.vectors.reconstruct_all()
+    except RuntimeError:
+        return {}
+    return {sha: mat[i] for i, sha in enumerate(shas)}
+
+
 def build(records: list[Incident], embedder, fingerprint: str, index_root: Path,
-          progress: Callable[[int, int], None] | None = None, batch: int = 64) -> IndexBundle:
+          progress: Callable[[int, int], None] | None = None, batch: int = 64,
+          previous: IndexBundle | None = None) -> IndexBundle:
     """Build into a temporary folder, then flip CURRENT with os.replace: a crash mid-build leaves the
     previous index untouched and usable."""
     index_root.mkdir(parents=True, exist_ok=True)
     rows, texts = rows_for(records)
+    shas = [text_sha(t[:DENSE_CHARS]) for t in texts]
     t0 = time.perf_counter()
     bm25 = BM25().fit([tokenize(t) for t in texts])
-    vecs = make_vector_index(embedder.dim, len(texts))
-    done = 0
-    for i in range(0, len(texts), batch):
-        chunk = texts[i:i + batch]
-        vecs.add(embedder.encode(chunk))
-        done += len(chunk)
+    cache = _reusable_vectors(previous, embedder)
+    matrix = np.zeros((len(texts), embedder.dim), dtype=np.float32)
+    todo = [i for i, s in enumerate(shas) if s not in cache]
+    for i, s in enumerate(shas):
+        if s in cache:
+            matrix[i] = cache[s]
+    done = len(texts) - len(todo)
+    if progress:
+        progress(done, len(texts))
+    for j in range(0, len(todo), batch):
+        idx = todo[j:j + batch]
+        matrix[idx] = embedder.encode([texts[i][:DENSE_CHARS] for i in idx])
+        done += len(idx)
         if progress:
             progress(done, len(texts))
+    vecs = make_vector_index(embedder.dim, len(texts))
+    vecs.add(matrix)
     meta = {
         "format": FORMAT_VERSION, "model": embedder.name, "dim": embedder.dim, "fingerprint": fingerprint,
         "n_records": len(records), "n_rows": len(rows), "vector_index": vecs.kind,
         "built_at": time.time(), "build_seconds": round(time.perf_counter() - t0, 3),
+        "embedded_rows": len(todo), "row_sha": shas,
     }
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=index_root))
     try:

@@ -59,6 +59,9 @@ class FaissIndex(VectorIndex):
     def count(self) -> int:
         return int(self._index.ntotal)
 
+    def reconstruct_all(self) -> np.ndarray:
+        return self._index.reconstruct_n(0, self.count())
+
     def save(self, path: Path) -> None:
         import faiss
 

@@ -37,7 +37,7 @@ _URL = re.compile(r"https?://[^\s<>\"'`)\]）】，。；、]+")
 _SOURCE_URL = re.compile(
     r"https?://(?:www\.)?(?:github\.com/[\w.-]+/[\w.-]+/(?:issues|pull|discussions)/\d+|"
     r"gitee\.com/[\w.-]+/[\w.-]+/(?:issues|pulls)/\w+|huggingface\.co/[\w./-]+/discussions/\d+|"
-    r"stackoverflow\.com/questions/\d+|discuss\.[\w.-]+/t/[\w/-]+|[\w.-]*forums?[\w.-]*/[\w./-]+)")
+    r"stackoverflow\.com/questions/\d+|discuss\.[\w.-]+/t/[\w/-]+|[\w.-]{0,60}forums?[\w.-]{0,60}/[\w./-]+)")
 
 
 def source_urls(text: str, limit: int = 6) -> list[str]:
@@ -231,13 +231,13 @@ _SEP = (r"[\"'`]?[ \t]*(?:参数|选项|的值|值|parameter|option|flag|setting
 _VALUE = re.compile(
     _SEP + r"(?:[\"'“”‘’`](?P<qv>[^\"'“”‘’`\n]{1,80})[\"'“”‘’`]|"
     r"(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)(?![A-Za-z0-9_.])|"
-    r"(?P<word>[A-Za-z_][A-Za-z0-9_.\-/]*))", re.IGNORECASE)
+    r"(?P<word>[A-Za-z_][A-Za-z0-9_.\-/]{0,120}))", re.IGNORECASE)
 # Only words that can be config keys in prose: flags (--x), identifiers with "_" or "." (max_length,
 # zero_optimization.stage) and any word directly followed by ":" or "=" (YAML, key=value).
 _KEY = re.compile(
-    r"(?:(?P<dash>--?)(?P<key>[A-Za-z][A-Za-z0-9_.\-]*[A-Za-z0-9])|"
-    r"(?P<ident>[A-Za-z][A-Za-z0-9]*[_.][A-Za-z0-9_.\-]*[A-Za-z0-9])|"
-    r"(?P<kv>[A-Za-z][A-Za-z0-9_\-]*[A-Za-z0-9])(?=[\"'`]?[ \t]*[:=]))")
+    r"(?:(?P<dash>--?)(?P<key>[A-Za-z][A-Za-z0-9_.\-]{0,80}[A-Za-z0-9])|"
+    r"(?P<ident>[A-Za-z][A-Za-z0-9]{0,40}[_.][A-Za-z0-9_.\-]{0,80}[A-Za-z0-9])|"
+    r"(?P<kv>[A-Za-z][A-Za-z0-9_\-]{0,80}[A-Za-z0-9])(?=[\"'`]?[ \t]*[:=]))")
 def _label_regex(label: str) -> str:
     return re.escape(label).replace(r"\ ", r"[\s_-]?") if label.isascii() else re.escape(label)
 
@@ -445,8 +445,9 @@ _REL_OPS = [
     (r"小于|<|is\s+less\s+than|less\s+than|is\s+smaller\s+than|smaller\s+than|below", "lt"),
 ]
 _REL = re.compile(
-    r"`?(?<![A-Za-z0-9_\-.])(?P<a>[A-Za-z][A-Za-z0-9_.]*_[A-Za-z0-9_.]*)`?\s*(?P<op>"
-    + "|".join(p for p, _ in _REL_OPS) + r")\s*`?(?P<b>[A-Za-z][A-Za-z0-9_.]*_[A-Za-z0-9_.]*)`?", re.IGNORECASE)
+    r"`?(?<![A-Za-z0-9_\-.])(?P<a>[A-Za-z][A-Za-z0-9_.]{1,60})(?![A-Za-z0-9_.])`?\s*(?P<op>"
+    + "|".join(p for p, _ in _REL_OPS) + r")\s*`?(?P<b>[A-Za-z][A-Za-z0-9_.]{1,60})(?![A-Za-z0-9_.])`?",
+    re.IGNORECASE)
 REL_SYMBOL = {"eq": "==", "ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
 
 
@@ -454,6 +455,8 @@ def extract_relations(text: str) -> list[tuple[str, str, str, str]]:
     """Comparisons between two config keys ("max_prompt_length等于max_length"): (key_a, op, key_b, snippet)."""
     out = []
     for m in _REL.finditer(text):
+        if "_" not in m.group("a") or "_" not in m.group("b"):
+            continue  # identifiers only: "the model is the model" is prose
         a, b = canonical_key(m.group("a")), canonical_key(m.group("b"))
         if not a or not b or a == b:
             continue
@@ -483,7 +486,7 @@ def merge_findings(findings: list[Finding]) -> tuple[dict[str, Any], dict[str, F
 
 
 # ----------------------------------------------------------------------------------------------- errors
-_EXC = re.compile(r"(?<![A-Za-z])([A-Z][A-Za-z]*(?:Error|Exception))\s*[:：]\s*([^\n]{3,300})")
+_EXC = re.compile(r"(?<![A-Za-z])([A-Z][A-Za-z]{0,60}?(?:Error|Exception))\s*[:：]\s*([^\n]{3,300})")
 _KNOWN_MESSAGES = [
     re.compile(r"probability tensor contains either `?inf`?, `?nan`? or element < 0", re.IGNORECASE),
     re.compile(r"Current loss scale already at minimum[^\n\"“”。]*"),
@@ -523,7 +526,8 @@ _METRIC_NAMES = [
 _METRIC = re.compile("|".join(f"(?:{p})" for p, _ in _METRIC_NAMES), re.IGNORECASE)
 _NAN = re.compile(r"(?<![A-Za-z])(nan|inf)(?![A-Za-z])", re.IGNORECASE)
 _GLOSS = re.compile(r"[（(][^()（）\n]{0,24}[)）]")
-_LOG_METRIC = re.compile(r"['\"]?([A-Za-z][\w/]*(?:loss|norm|reward|rewards|logps|kl|acc|advantages?)[\w/]*)['\"]?"
+_LOG_METRIC = re.compile(r"['\"]?(?<![\w/])([A-Za-z][\w/]{0,40}?(?:loss|norm|reward|rewards|logps|kl|acc|advantages?)"
+                         r"[\w/]{0,40})['\"]?"
                          r"\s*[:=]\s*(-?nan|-?inf)\b", re.IGNORECASE)
 
 
@@ -551,7 +555,8 @@ def extract_metrics(text: str) -> list[str]:
     for sentence in sentences:
         plain = _GLOSS.sub("", sentence)  # "NLL_Loss(负对数似然损失)为NaN": the gloss is not a second metric
         for nm in _NAN.finditer(plain):
-            for mm in _METRIC.finditer(plain):
+            # Only metric names close to this nan can be its subject; looking further is quadratic.
+            for mm in _METRIC.finditer(plain, max(0, nm.start() - 40), nm.end() + 20):
                 if re.match(r"[`'\"]?\s*[:=]\s*[-+\d.]", plain[mm.end():]):
                     continue  # "loss: 0.0" carries its own value; a nearby nan belongs to another metric
                 if mm.end() <= nm.start():  # "loss ... became NaN"
@@ -561,7 +566,7 @@ def extract_metrics(text: str) -> list[str]:
                     near = len(between) <= 3 and not re.search(r"[,，;；:：]", between)
                 if near:
                     add(f"{_metric_name(mm.group(0))}: {nm.group(1).lower()}")
-        for hm in re.finditer(r"(\d+(?:\.\d+)?)[eE]\+?(\d+)", sentence):
+        for hm in re.finditer(r"(?<![\d.])(\d{1,20}(?:\.\d{1,20})?)[eE]\+?(\d+)", sentence):
             if int(hm.group(2)) >= 4:
                 before = sentence[max(0, hm.start() - 16): hm.start()]
                 if re.search(r"loss|损失", before, re.IGNORECASE):

@@ -137,7 +137,7 @@ def join_broken_lines(lines: list[str]) -> list[str]:
             continue
         cjk_open = bool(re.search(r"[\u4e00-\u9fff]$", prev_s)) and not bare_heading_kind(prev_s) \
             and not _MD_HEADING.match(prev_s) and len(out) > 1
-        code_start = bool(re.match(r"^(--?[A-Za-z_]|[A-Za-z_][\w.]*_[\w.]*|`)", stripped))
+        code_start = bool(re.match(r"^(--?[A-Za-z_]|[A-Za-z][A-Za-z0-9.]{0,40}_|`)", stripped))
         if cjk_open and code_start and not bare_heading_kind(stripped):
             out[-1] = prev.rstrip() + " " + stripped
             continue
