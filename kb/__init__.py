@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["KnowledgeBase", "Incident", "__version__"]
+__all__ = ["Incident", "KnowledgeBase", "__version__"]
 
 
 def __getattr__(name: str):

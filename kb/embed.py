@@ -113,7 +113,7 @@ class SentenceTransformerEmbedder(Embedder):
             raise EmbeddingUnavailable("sentence-transformers is not installed") from e
         try:
             self._model = SentenceTransformer(path_or_name, local_files_only=True, device="cpu")
-        except Exception as e:  # noqa: BLE001 - any load failure becomes one clear message
+        except Exception as e:
             raise EmbeddingUnavailable(
                 f"cannot load embedding model {path_or_name!r} offline: {type(e).__name__}: {str(e)[:200]}. "
                 "Point KB_EMBED_MODEL at a local sentence-transformers directory."

@@ -6,8 +6,9 @@ import hashlib
 import os
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -30,7 +31,7 @@ W_BM25 = 1.0
 # Abstain in `ask` when neither signal is convincing (calibrated in README, "Abstention").
 MIN_DENSE = 0.35
 MIN_BM25_TERMS = 2
-GENERIC_TERMS = frozenset("loss nan inf training train 训练 损失 model 模型 error issue 问题 0.0".split())
+GENERIC_TERMS = frozenset(["loss", "nan", "inf", "training", "train", "训练", "损失", "model", "模型", "error", "issue", "问题", "0.0"])
 
 
 class SearchHit(BaseModel):
@@ -152,7 +153,7 @@ class KnowledgeBase:
 
     def stats(self) -> dict[str, Any]:
         recs = list(self.records.values())
-        by = lambda fn: dict(sorted(Counter(fn(r) for r in recs).items(), key=lambda kv: (-kv[1], kv[0])))  # noqa: E731
+        by = lambda fn: dict(sorted(Counter(fn(r) for r in recs).items(), key=lambda kv: (-kv[1], kv[0])))
         bundle = index_bundle.load(self.index_root)
         return {
             "records": len(recs),

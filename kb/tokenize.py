@@ -15,10 +15,9 @@ DOMAIN_WORDS = (
     "强化学习", "策略模型", "参考模型", "价值模型", "采样", "推理", "显存", "精度", "梯度", "损失",
 )
 # Chinese words that carry no signal for retrieval.
-STOP_ZH = frozenset("的 了 在 是 和 与 或 时 后 中 为 对 把 被 就 都 也 而 及 等 这 那 一个 使用 出现 问题 进行 如何 怎么 什么 吗 呢 啊 我 你 他 们 训练时".split())
+STOP_ZH = frozenset(["的", "了", "在", "是", "和", "与", "或", "时", "后", "中", "为", "对", "把", "被", "就", "都", "也", "而", "及", "等", "这", "那", "一个", "使用", "出现", "问题", "进行", "如何", "怎么", "什么", "吗", "呢", "啊", "我", "你", "他", "们", "训练时"])
 STOP_EN = frozenset(
-    "a an the is are was were be been of to in on at for with by and or not it this that my i we you when "
-    "what why how does do did can could should would from as into after before while using use get got".split()
+    ["a", "an", "the", "is", "are", "was", "were", "be", "been", "of", "to", "in", "on", "at", "for", "with", "by", "and", "or", "not", "it", "this", "that", "my", "i", "we", "you", "when", "what", "why", "how", "does", "do", "did", "can", "could", "should", "would", "from", "as", "into", "after", "before", "while", "using", "use", "get", "got"]
 )
 
 _ASCII_RUN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+\-/]*[A-Za-z0-9_]|[A-Za-z0-9_]")

@@ -23,11 +23,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kb.documents import load_incidents  # noqa: E402
-from kb.embed import get_embedder  # noqa: E402
-from kb.index.bm25 import BM25  # noqa: E402
-from kb.paths import shared_dir  # noqa: E402
-from kb.tokenize import tokenize  # noqa: E402
+from kb.documents import load_incidents
+from kb.embed import get_embedder
+from kb.index.bm25 import BM25
+from kb.index.bundle import DENSE_CHARS
+from kb.paths import shared_dir
+from kb.tokenize import tokenize
 
 
 def rank_of(order: list[str], want: str) -> int | None:
@@ -96,10 +97,19 @@ def main() -> int:
             continue
         load_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        m_both = emb.encode(both_txt)
+        lat: list[float] = []
+        m_both = emb.encode([t[:DENSE_CHARS] for t in both_txt])
         build_s = time.perf_counter() - t0
-        m_mono = {lang: emb.encode(mono[lang][1]) for lang in mono}
-        lat = []
+        m_mono = {lang: emb.encode([t[:DENSE_CHARS] for t in mono[lang][1]]) for lang in mono}
+        qcache: dict[str, np.ndarray] = {}
+
+        def qvec(text: str, emb=emb, qcache=qcache, lat=lat) -> np.ndarray:
+            if text not in qcache:
+                t = time.perf_counter()
+                qcache[text] = emb.encode([text], query=True)[0]
+                lat.append(time.perf_counter() - t)
+            return qcache[text]
+
         out: dict[str, dict] = {}
         pairs = [tuple(float(x) for x in w.split(":")) for w in args.weights.split(",")]
         modes = ["dense", "bm25"] + [f"hybrid {wd:g}:{wb:g}" for wd, wb in pairs]
@@ -108,9 +118,7 @@ def main() -> int:
                 tuple(float(x) for x in mode.split()[1].split(":"))
             same, cross, devr = {"en": [], "zh": []}, {"en": [], "zh": []}, []
             for q in queries:
-                t = time.perf_counter()
-                qv = emb.encode([q["query"]], query=True)[0]
-                lat.append(time.perf_counter() - t)
+                qv = qvec(q["query"])
                 qt = tokenize(q["query"])
                 d_order = ranked_ids(both_ids, m_both @ qv)
                 b_order = ranked_ids(both_ids, bm_both.scores(qt))
@@ -123,7 +131,7 @@ def main() -> int:
                 order2 = rrf([(d2, wd), (b2, wb)])
                 cross[q["lang"]].append(rank_of(order2, q["expected_id"]))
             for d in dev:
-                qv = emb.encode([d["query"]], query=True)[0]
+                qv = qvec(d["query"])
                 d_order = ranked_ids(both_ids, m_both @ qv)
                 b_order = ranked_ids(both_ids, bm_both.scores(tokenize(d["query"])))
                 order = rrf([(d_order, wd), (b_order, wb)])

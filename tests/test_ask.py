@@ -11,11 +11,11 @@ SEED_QUESTIONS = {
                                       "OpenRLHF 做 KTO 训练开了 vanilla_loss 之后 loss 变成 nan"),
     "trl-simpo-empty-response-nan": ("SimPO loss is NaN when max_prompt_length equals max_length",
                                      "SimPO 训练时 max_prompt_length 等于 max_length，损失出现 NaN"),
-    "xtuner-internlm2-fp16-overflow": ("XTuner InternLM2 fp16 training loss goes NaN after 100 iterations, "
-                                       "probability tensor contains inf or nan",
+    "xtuner-internlm2-fp16-overflow": (("XTuner InternLM2 fp16 training loss goes NaN after 100 iterations, "
+                                        "probability tensor contains inf or nan"),
                                        "XTuner 训练 InternLM2 用 float16，一百多步后 loss 突然 nan"),
-    "trl-reward-lora-fp16-head-nan": ("reward model LoRA SEQ_CLS torch_dtype half gives loss 1e34 then 0 "
-                                      "with grad_norm nan",
+    "trl-reward-lora-fp16-head-nan": (("reward model LoRA SEQ_CLS torch_dtype half gives loss 1e34 then 0 "
+                                       "with grad_norm nan"),
                                       "用 LoRA 训练奖励模型，torch_dtype 设为 half，loss 先是极大值然后变成 0"),
 }
 

@@ -15,7 +15,7 @@ def run(tmp_path_factory, repo_root):
 
     def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "kb.cli", *args], capture_output=True, text=True,
-                              env=env, input=stdin, timeout=300, cwd=repo_root)
+                              env=env, input=stdin, timeout=300, cwd=repo_root, check=False)
 
     return _run
 

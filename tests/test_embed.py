@@ -23,7 +23,7 @@ def test_answering_does_not_import_torch(tmp_path, repo_root):
     code = ("import sys; from kb.kb import KnowledgeBase; "
             f"kb = KnowledgeBase.open(data_dir={str(tmp_path)!r}, incidents_dir={str(repo_root / 'incidents')!r}); "
             "kb.ask('fp16 loss nan'); print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
 

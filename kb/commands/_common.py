@@ -50,7 +50,7 @@ def clip(s: str, n: int) -> str:
 def table(headers: list[str], rows: list[list[str]], max_col: int = 60) -> str:
     rows = [[clip(str(c), max_col) for c in r] for r in rows]
     widths = [max([width(h)] + [width(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    pad = lambda s, w: s + " " * (w - width(s))  # noqa: E731
+    pad = lambda s, w: s + " " * (w - width(s))
     lines = ["  ".join(pad(h, w) for h, w in zip(headers, widths)),
              "  ".join("-" * w for w in widths)]
     lines += ["  ".join(pad(c, w) for c, w in zip(r, widths)) for r in rows]

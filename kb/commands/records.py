@@ -43,8 +43,9 @@ def show(args) -> int:
     print(f"# {inc.id}\n")
     print(f"{inc.title.en}\n{inc.title.zh}\n")
     print(table(["field", "value"], [
-        ["framework", f"{inc.framework.name} reported {', '.join(inc.framework.reported_versions) or '-'}; "
-                      f"affected {inc.framework.affected_versions or '?'}; fixed {inc.framework.fixed_versions or '?'}"],
+        ["framework", (f"{inc.framework.name} reported {', '.join(inc.framework.reported_versions) or '-'}; "
+                       f"affected {inc.framework.affected_versions or '?'}; "
+                       f"fixed {inc.framework.fixed_versions or '?'}")],
         ["model / algorithm", f"{inc.model} / {inc.algorithm}"],
         ["precision / parallelism", f"{inc.precision} / {inc.parallelism}"],
         ["category / status", f"{inc.root_cause.category} / {inc.root_cause.status}"],
