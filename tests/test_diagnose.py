@@ -163,4 +163,68 @@ def test_cli_diagnose_json_and_exit_codes(kb, tmp_path, capsys):
     binary = tmp_path / "x.bin"
     binary.write_bytes(b"\x00\x01" * 100)
     assert main(args + [str(binary)]) == 2
-    assert main(args + [str(tmp_path / "missing.log")]) == 3
+    assert main(args + [str(tmp_path / "missing.log")]) == 2
+    assert main(args + [str(tmp_path)]) == 2  # a directory
+
+
+def _cli(kb, *extra: str) -> list[str]:
+    return ["--data-dir", str(kb.data_dir), "--incidents-dir", str(kb.incidents_dir), "diagnose", *extra]
+
+
+def test_cli_binary_junk_and_empty_stdin_are_clear_errors(kb, tmp_path, capsys, monkeypatch):
+    import io
+    import random
+
+    from kb.cli import main
+
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(bytes(random.Random(0).randrange(256) for _ in range(4096)))
+    assert main(_cli(kb, str(junk))) == 2
+    assert "binary" in capsys.readouterr().err
+
+    class _Stdin(io.TextIOWrapper):
+        def isatty(self) -> bool:
+            return False
+
+    monkeypatch.setattr("sys.stdin", _Stdin(io.BytesIO(b"")))
+    assert main(_cli(kb)) == 2
+    assert "empty input" in capsys.readouterr().err
+    monkeypatch.setattr("sys.stdin", _Stdin(io.BytesIO(b"  \n")))
+    assert main(_cli(kb, "-")) == 2
+
+
+def test_cli_truncated_json_and_broken_yaml_give_partial_diagnoses(kb, tmp_path, capsys):
+    from kb.cli import main
+
+    cfg = tmp_path / "ds.json"
+    cfg.write_text('{"fp16": {"enabled": true}, "zero_optimization": {"stage": 2, "overlap_comm": tr')
+    assert main(_cli(kb, "--config", str(cfg), "--question", "loss becomes nan after 300 steps", "--json")) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["facts"]["zero_stage"]["value"] == 2 and any("JSON" in w for w in out["warnings"])
+    assert out["diagnoses"][0]["category"] == "fp16-overflow"
+    yml = tmp_path / "train.yaml"
+    yml.write_text("fp16: true\n  bad: [unclosed\nlearning_rate: 2e-5\n")
+    assert main(_cli(kb, "--config", str(yml), "--question", "loss nan", "--json")) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any("YAML" in w for w in out["warnings"]) and out["facts"]["precision"]["value"] == "fp16"
+
+
+def test_cli_50mb_log_is_read_head_salient_tail(kb, tmp_path, capsys, monkeypatch):
+    from kb.cli import main
+
+    # A small line budget keeps the test fast; the 50 MB are still decoded, split and scanned for salient lines.
+    monkeypatch.setenv("KB_DIAGNOSE_MAX_LINES", "3000")
+    big = tmp_path / "train.log"
+    healthy = "{'loss': 1.0312, 'grad_norm': 0.81, 'learning_rate': 1e-05, 'epoch': 0.1}\n"
+    with big.open("w") as fh:
+        fh.write("model = model.half()\n")
+        n = 50_000_000 // len(healthy) + 2
+        fh.write(healthy * (n // 2))
+        fh.write("{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.5}\n")
+        fh.write(healthy * (n // 2))
+    assert big.stat().st_size >= 50_000_000
+    assert main(_cli(kb, str(big), "--json")) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any("lines in between" in w for w in out["warnings"])
+    assert out["facts"]["nan_metrics"]["value"] == ["grad_norm"] and out["facts"]["nan_metrics"]["line"] == n // 2 + 2
+    assert out["diagnoses"][0]["category"] == "half-precision-weights"

@@ -60,3 +60,67 @@ def test_logistic_fit_separates_a_clear_feature():
     y = np.array([1.0, 1.0, 0.0, 0.0] * 10)
     w = fit_logistic(X, y)
     assert w[0] > 0 and (1 / (1 + np.exp(-(w[0] * 1.0 + w[1])))) > 0.5 > (1 / (1 + np.exp(-w[1])))
+
+
+def _tiny_kb(root) -> KnowledgeBase:
+    from kb.documents import dump_incident_md
+    from kb.records import Condition, Incident, Trigger
+
+    def inc(id_, category, title, trig, url):
+        return Incident(id=id_, title={"en": title, "zh": ""}, summary={"en": title},
+                        root_cause={"category": category, "explanation": {"en": title}},
+                        fix={"summary": {"en": "fix " + title}}, triggers=[trig], sources=[{"url": url, "lang": "en"}])
+
+    half = Trigger(id="half", all=[Condition(fact="weights_dtype", op="eq", value="fp16")])
+    amp = Trigger(id="amp", all=[Condition(fact="precision", op="eq", value="fp16")],
+                  none=[Condition(fact="weights_dtype", op="eq", value="fp16")])
+    for i in (inc("half-a", "half-precision-weights", "model.half() then loss 0", half, "https://github.com/o/r/issues/1"),
+              inc("half-b", "half-precision-weights", "torch_dtype float16 weights, grad_norm nan", half,
+                  "https://github.com/o/r/issues/2"),
+              inc("amp-a", "fp16-overflow", "fp16 autocast overflow, loss nan", amp, "https://github.com/o/r/issues/3")):
+        (root / "incidents" / i.id).mkdir(parents=True)
+        (root / "incidents" / i.id / "incident.md").write_text(dump_incident_md(i), encoding="utf-8")
+    return KnowledgeBase.open(data_dir=root / "data", incidents_dir=root / "incidents")
+
+
+def test_holdout_answers_from_other_incidents_only(tmp_path):
+    from kb.diagnose.evaluate import holdout_exclusions
+
+    kb = _tiny_kb(tmp_path)
+    same = {"id": "q1", "query": "model = model.half()\n{'loss': 0.0, 'grad_norm': nan}", "kind": "same-cause",
+            "expected_category": "half-precision-weights", "source_url": "https://github.com/o/r/issues/1/"}
+    known = {**same, "id": "q2", "kind": "known-issue"}
+    lonely = {"id": "q3", "query": "fp16: true\nloss nan", "kind": "same-cause", "expected_category": "fp16-overflow",
+              "source_url": "https://github.com/o/r/issues/3"}
+    assert holdout_exclusions(kb, same) == {"half-a"} and holdout_exclusions(kb, known) == frozenset()
+    rep = evaluate(kb, [same, known, lonely], holdout=True)
+    q1, q2, q3 = rep["queries"]
+    assert q1["excluded"] == ["half-a"] and q1["rank"] == 1 and q2["excluded"] == []
+    assert q3["reachable"] is False and q3["rank"] is None  # its category has no other incident
+    assert rep["holdout"] and "unreachable once held out" in format_report(rep)
+    assert sum(b["n"] for b in rep["reliability"]) == 3
+    from kb.diagnose.engine import diagnose
+
+    d = diagnose(kb, text=same["query"], k=5, exclude=frozenset({"half-a"}))
+    assert "half-a" not in {x.incident_id for x in d.diagnoses}
+
+
+def test_heldout_set_is_well_formed(repo_root):
+    rows = load_eval_set(repo_root / "tests/data/heldout.jsonl")
+    assert len(rows) >= 20 and len({r["id"] for r in rows}) == len(rows)
+    assert {r["lang"] for r in rows} == {"en", "zh"} and not any(r.get("source_url") for r in rows)
+    assert 4 <= sum(r["expected_category"] is None for r in rows) <= 6
+    assert len({r["expected_category"] for r in rows if r["expected_category"]}) >= 12
+
+
+def test_corpus_lines_load_as_labelled_queries(tmp_path):
+    from kb.diagnose.evaluate import pooled_rows
+
+    a = tmp_path / "sources.jsonl"
+    a.write_text(json.dumps({"url": "https://x/1", "category": "fp16-overflow", "lang": "zh",
+                             "reporter_excerpt": "fp16 loss nan"}) + "\n")
+    b = tmp_path / "dev.jsonl"
+    b.write_text(json.dumps({"id": "sources-1", "query": "q", "expected_category": None}) + "\n")
+    rows = pooled_rows([a, b])
+    assert rows[0]["query"] == "fp16 loss nan" and rows[0]["source_url"] == "https://x/1"
+    assert rows[0]["kind"] == "excerpt" and rows[1]["id"] != rows[0]["id"]

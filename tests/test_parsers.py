@@ -185,3 +185,101 @@ def test_huge_paste_keeps_head_and_tail(monkeypatch):
     assert f.evidence_for("nan_metrics", "loss").line == 5001
     with pytest.raises(InputTooLarge):
         extract_facts("x" * 300_000)
+
+
+def test_huge_log_keeps_salient_middle_lines(monkeypatch):
+    monkeypatch.setenv("KB_DIAGNOSE_MAX_LINES", "400")
+    body = ("fp16: true\n" + "{'loss': 1.0, 'grad_norm': 2.0}\n" * 3000 + "{'loss': nan, 'grad_norm': nan}\n"
+            + "{'loss': 1.0, 'grad_norm': 2.0}\n" * 3000)
+    f = extract_facts(body)
+    assert f.value("precision") == "fp16" and f.evidence_for("nan_metrics", "loss").line == 3002
+    assert any("lines in between" in w for w in f.warnings)
+
+
+# --- fixes reported by colleagues and found on the corpus excerpts -------------------------------------------
+@pytest.mark.parametrize("line", [
+    ("algorithm.kl_ctrl.kl_coef=0.001 actor_rollout_ref.actor.kl_loss_type=low_var_kl "
+    "actor_rollout_ref.actor.use_kl_loss=True"),
+    ("actor_rollout_ref.actor.kl_loss_type=low_var_kl algorithm.kl_ctrl.kl_coef=0.001 "
+    "actor_rollout_ref.actor.use_kl_loss=True"),
+])
+def test_several_hydra_overrides_on_one_line_are_each_read(line):
+    f = values(line)
+    assert f["kl_estimator"] == "k3" and f["kl_coef"] == 0.001 and f["use_kl_loss"] is True
+
+
+def test_override_value_stops_at_a_line_continuation():
+    f = values("    actor_rollout_ref.actor.kl_loss_type=low_var_kl \\\n    actor_rollout_ref.model.path=Qwen/Qwen2.5-7B \\")
+    assert f["kl_estimator"] == "k3" and f["model"] == "Qwen/Qwen2.5-7B"
+
+
+@pytest.mark.parametrize("text", [
+    'attn_implementation="flash_attention_2" google/gemma-2-9b',
+    "attn_implementation='flash_attention_2', torch_dtype=torch.float16",
+    'attn_implementation: "flash_attention_2" # from the model card',
+])
+def test_quoted_value_ends_at_its_closing_quote(text):
+    assert values(text)["attn_implementation"] == "flash_attention_2"
+
+
+@pytest.mark.parametrize("text", ["当我开启S^2 Attention，grad_norm为nan", "开启了 S²-Attn 以后 loss nan",
+                                  "--shift_attn", "shift_attn: true", "LongLoRA fine-tuning, grad_norm nan"])
+def test_shift_attention_in_prose_and_flags(text):
+    assert values(text)["shift_attn"] is True
+
+
+def test_from_pretrained_call_is_not_a_model_name_but_its_argument_is():
+    f = values('model = AutoModelForCausalLM.from_pretrained(\n    "google/gemma-2-9b",\n    use_cache=False,\n)')
+    assert f["model"] == "google/gemma-2-9b"
+    assert "model" not in values("model = AutoModelForCausalLM.from_pretrained(\n    args.model_name_or_path,\n)")
+
+
+def test_mixed_case_nan_in_prose_and_low_var_kl_named():
+    f = values("在某一个step模型的输出突然全变为!，kl变为Nan。the exp in `low_var_kl` overflows")
+    assert f["nan_metrics"] == ["kl"] and f["kl_estimator"] == "k3" and f["output_collapse"] is True
+    assert values("Loss Nan (LLaVA training in xtuner)")["nan_metrics"] == ["loss"]
+
+
+def test_metric_trajectory_ending_in_nan():
+    assert values("loss: 11.201002 -> 11.165665 -> nan (ZeRO-2 only)")["nan_metrics"] == ["loss"]
+    assert values("grad_norm 1.2 → 35.0 → inf")["nan_metrics"] == ["grad_norm"]
+
+
+def test_advantage_stats_and_reward_function_returning_none():
+    assert values("Normalized advantages stats: min=-1000000.0000, max=1000000.0000")["huge_metrics"] == ["advantages"]
+    assert "nan_reward" in values("my reward function returns None when the judge API times out")["errors"]
+    assert "masked_row_nan" in values("the padded query rows are fully masked, so sdpa returns nan")["errors"]
+
+
+def test_loss_scaling_messages_imply_fp16():
+    f = extract_facts("Exception: Current loss scale already at minimum - cannot decrease scale anymore.")
+    assert f.value("precision") == "fp16" and f.get("precision").kind == "log"
+    assert values("bf16: true\n[deepspeed] OVERFLOW! Rank 0 Skipping step.")["precision"] == "bf16"
+
+
+def test_prose_loss_type_kto_words_and_lr_fix():
+    assert values("with 'dpo' training goes well, but if I use 'ipo' then I get NaN")["loss_type"] == "ipo"
+    assert values('if self.loss_type == "ipo":')["loss_type"] == "ipo"
+    assert values("2k desired completions and 10k undesired ones, loss nan")["algorithm"] == "KTO"
+    assert values("After I set a lower lr for the vision encoder, the loss becomes normal")["fix_changes"] == [
+        "learning_rate=lower"]
+    assert values("学习率太大了")["fix_changes"] == ["learning_rate=lower"]
+
+
+def test_step_counters_are_not_gpu_names_and_new_canonical_keys():
+    assert "gpu" not in values("step 2070 | loss 1.2 | lr 1e-5\nstep 3090 | loss 1.1")
+    assert values("GPU 0: NVIDIA GeForce RTX 2080 Ti")["gpu_bf16"] is False
+    f = values("tokenizer.padding_side = 'left'\nactor_rollout_ref.actor.ppo_mini_batch_size=4 "
+               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16\n--placeholder_token ки")
+    assert f["padding_side"] == "left" and f["mini_batch_size"] == 4 and f["micro_batch_size"] == 16
+    assert f["placeholder_token"] == "ки"
+
+
+def test_truncated_json_keeps_complete_values():
+    f = extract_facts('{"fp16": {"enabled": true}, "zero_optimization": {"stage": 2, "overlap_comm": tr', source="config")
+    assert f.value("precision") == "fp16" and f.value("zero_stage") == 2 and any("truncated" in w for w in f.warnings)
+
+
+def test_utf16_with_bom_is_text_not_binary():
+    f = extract_facts("loss nan with fp16".encode("utf-16"))
+    assert f.value("precision") == "fp16" and f.value("nan_metrics") == ["loss"]

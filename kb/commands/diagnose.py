@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from kb.commands._common import open_kb, print_json, table
-from kb.errors import InputError, NotFound
+from kb.errors import InputError
 
 
 def register(sub) -> None:
@@ -31,8 +31,10 @@ def read_input(path: str) -> str:
         data = sys.stdin.buffer.read(10 * max_bytes + 1)
     else:
         p = Path(path)
+        if p.is_dir():
+            raise InputError(f"{path} is a directory; give a log, config or text file (or '-' for stdin)")
         if not p.is_file():
-            raise NotFound(f"no such file: {path}")
+            raise InputError(f"no such file: {path}")
         try:
             with p.open("rb") as fh:
                 data = fh.read(10 * max_bytes + 1)
@@ -49,6 +51,8 @@ def run(args) -> int:
         texts = [read_input("-")]
     log = read_input(args.log) if args.log else None
     config = read_input(args.config) if args.config else None
+    if not any(t.strip() for t in [*texts, log or "", config or "", args.question or ""]):
+        raise InputError("empty input: give a log, config or text file, '-' with text on stdin, or --question")
     kb = open_kb(args)
     res = diagnose(kb, log=log, config=config, question=args.question, text="\n".join(texts) if texts else None,
                    k=max(1, min(args.k, 20)), mode=args.mode)

@@ -176,15 +176,17 @@ def whole_json(text: str, lines: list[tuple[int, str]], facts: Facts, source: st
             logs.metric_facts(logs.parse_metric_records(synthetic), facts, source)
 
 
-def _close_truncated(t: str) -> Any:
-    """A JSON document cut off mid-way, closed with the brackets it still owes (None if that does not help)."""
-    body = re.sub(r",\s*$", "", re.sub(r",?\s*\"[^\"]*\"?\s*:?\s*$", "", t)) if not t.rstrip().endswith(("}", "]")) else t
+def _closers(body: str) -> str:
+    """The brackets `body` still owes, innermost first ("" if it is inside an open string)."""
     stack: list[str] = []
     in_str = esc = False
     for ch in body:
         if in_str:
-            esc = ch == "\\" and not esc
-            if ch == '"' and not esc:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
                 in_str = False
             continue
         if ch == '"':
@@ -193,9 +195,30 @@ def _close_truncated(t: str) -> Any:
             stack.append("}" if ch == "{" else "]")
         elif ch in "}]" and stack:
             stack.pop()
-    for candidate in (t + "".join(reversed(stack)), body + "".join(reversed(stack))):
+    return "" if in_str else "".join(reversed(stack))
+
+
+def _close_truncated(t: str) -> Any:
+    """A JSON document cut off mid-way, read up to its last complete value (None if that does not help).
+
+    Cut points are tried from the end: before a comma, after an opening or closing bracket, so a half-written
+    `"overlap_comm": tr` or a dangling `"key":` is dropped and the rest is closed with the brackets it owes."""
+    t = t.rstrip()
+    cuts = [len(t)]
+    for i in range(len(t) - 1, max(-1, len(t) - 4000), -1):
+        if t[i] == ",":
+            cuts.append(i)
+        elif t[i] in "{[}]":
+            cuts.append(i + 1)
+        if len(cuts) > 60:
+            break
+    for c in cuts:
+        body = t[:c]
+        closing = _closers(body)
+        if not closing and body != t:
+            continue
         try:
-            return json.loads(candidate)
+            return json.loads(body + closing)
         except ValueError:
             continue
     return None

@@ -9,10 +9,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kb.diagnose.facts import Fact, Facts, check_text, extract_facts, numbered_lines
+from kb.diagnose.facts import Fact, Facts, check_text, extract_with_lines
 from kb.diagnose.logs import OUT_OF_SCOPE_ERRORS
 from kb.diagnose.models import Diagnosis, DiagnosisItem, Evidence
-from kb.diagnose.triggers import SignatureHit, TriggerResult, describe, evaluate_trigger, match_signatures
+from kb.diagnose.triggers import (
+    MaskedLines,
+    SignatureHit,
+    TriggerResult,
+    describe,
+    evaluate_trigger,
+    match_signatures,
+)
 from kb.errors import KBError
 from kb.records import Incident
 
@@ -69,8 +76,8 @@ def collect_facts(inputs: list[tuple[str, str]]) -> tuple[Facts, list[tuple[str,
     facts = Facts()
     lines: list[tuple[str, int, str]] = []
     for name, value in inputs:
-        facts.merge(extract_facts(value, source=name))
-        numbered, _ = numbered_lines(value, name)
+        f, numbered = extract_with_lines(value, source=name)
+        facts.merge(f)
         lines += [(name, n, s) for n, s in numbered]
     return facts, lines
 
@@ -256,6 +263,7 @@ def rank(kb: KnowledgeBase, facts: Facts, lines: list[tuple[str, int, str]], que
                 warnings.append(f"text retrieval unavailable ({e}); ranked by facts and signatures only")
     w, _ = _weights()
     symptom = in_scope(facts)
+    masked = MaskedLines(lines) if mode == "full" else None
     cands = []
     for inc in records.values():
         if inc.id in exclude:
@@ -263,7 +271,7 @@ def rank(kb: KnowledgeBase, facts: Facts, lines: list[tuple[str, int, str]], que
         c = Candidate(inc, retrieval=hits.get(inc.id))
         if mode == "full":
             c.triggers = [evaluate_trigger(t, facts) for t in inc.triggers]
-            c.signatures = match_signatures(inc, lines)
+            c.signatures = match_signatures(inc, masked)
             c.meta = _meta_matches(inc, facts)
         _features(c, facts, c.retrieval, top_id, symptom, mode)
         c.score = 1.0 / (1.0 + math.exp(-_logit(c.features, w)))
@@ -284,7 +292,7 @@ def diagnose(kb: KnowledgeBase, log: str | None = None, config: str | None = Non
         return Diagnosis(abstained=True, reason="empty input: paste a log, config, command line or question")
     facts, lines = collect_facts(inputs)
     warnings = list(dict.fromkeys(facts.warnings))
-    if config:
+    if config and not any(w.startswith("config:") and "JSON" in w for w in warnings):
         _check_config_syntax(config, warnings)
     lang = detect_lang("\n".join(v for _, v in inputs)[:4000])
     records = kb.records

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,8 @@ LIST_FACTS = frozenset({"nan_metrics", "zero_metrics", "huge_metrics", "spike_me
                         "fix_changes"})
 
 DEFAULT_MAX_BYTES = 20 * 1024 * 1024
-DEFAULT_MAX_LINES = 200_000
+# Each line goes through a few dozen regexes: 20k lines is a few seconds on a busy CPU core.
+DEFAULT_MAX_LINES = 20_000
 MAX_LINE_CHARS = 8_000  # regexes over one minified 5 MB JSON line would dominate the run time
 
 
@@ -104,6 +106,18 @@ def _limits() -> tuple[int, int]:
     return env_int("KB_DIAGNOSE_MAX_BYTES", DEFAULT_MAX_BYTES), env_int("KB_DIAGNOSE_MAX_LINES", DEFAULT_MAX_LINES)
 
 
+def _decode(data: bytes, name: str) -> str:
+    """UTF-8 (BOM or not) or UTF-16 with a BOM (Windows editors, PowerShell redirects); NUL bytes otherwise = binary."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError:
+            raise InputError(f"{name} starts with a UTF-16 mark but does not decode; save it as UTF-8") from None
+    if b"\x00" in data[:65536]:
+        raise InputError(f"{name} looks binary (NUL bytes); paste a text log, config or command line")
+    return data.decode("utf-8-sig", errors="replace")
+
+
 def check_text(text: str | bytes, name: str = "input") -> str:
     """Decode and sanity-check a paste: binary junk is an InputError, absurd sizes an InputTooLarge."""
     max_bytes, _ = _limits()
@@ -111,9 +125,7 @@ def check_text(text: str | bytes, name: str = "input") -> str:
         if len(text) > 10 * max_bytes:
             raise InputTooLarge(f"{name} is {len(text) / 1e6:.0f} MB; the limit is {10 * max_bytes / 1e6:.0f} MB "
                                 "(set KB_DIAGNOSE_MAX_BYTES); paste the head and tail of the log")
-        if b"\x00" in text[:65536]:
-            raise InputError(f"{name} looks binary (NUL bytes); paste a text log, config or command line")
-        text = text.decode("utf-8", errors="replace")
+        text = _decode(text, name)
     if len(text) > 10 * max_bytes:
         raise InputTooLarge(f"{name} is {len(text) / 1e6:.0f} MB; the limit is {10 * max_bytes / 1e6:.0f} MB "
                             "(set KB_DIAGNOSE_MAX_BYTES); paste the head and tail of the log")
@@ -128,29 +140,40 @@ def check_text(text: str | bytes, name: str = "input") -> str:
     return text
 
 
+# Lines worth keeping from the skipped middle of a huge log: bad values, errors, warnings, overflow messages.
+_SALIENT = re.compile(r"(?<![A-Za-z])(?:nan|inf)(?![A-Za-z])|error|exception|traceback|overflow|warn|skipping step|"
+                      r"loss scale|untrained|-100|溢出|报错", re.IGNORECASE)
+
+
 def numbered_lines(text: str, name: str = "input") -> tuple[list[tuple[int, str]], list[str]]:
-    """(line number, line) pairs within the work caps: the head and tail of a huge log are kept, with a warning."""
+    """(line number, line) pairs within the work caps, line numbers preserved.
+
+    Past KB_DIAGNOSE_MAX_LINES lines or KB_DIAGNOSE_MAX_BYTES bytes, a quarter of the budget goes to the head
+    (command, config, environment), a quarter to middle lines that mention nan / inf / errors / overflow (the
+    first and the last of them), and half to the tail; a warning says so.
+    """
     max_bytes, max_lines = _limits()
     warnings: list[str] = []
+    raw = text.split("\n")
+    budget = max_lines
     if len(text) > max_bytes:
-        head = text[: max_bytes // 4]
-        tail = text[-(max_bytes - len(head)):]
-        skipped_lines = text.count("\n", len(head), len(text) - len(tail))
-        head_lines = head.split("\n")
-        tail_lines = tail.split("\n")
-        n_head = len(head_lines)
-        start_tail = n_head + skipped_lines
-        lines = [(i + 1, s) for i, s in enumerate(head_lines)]
-        lines += [(start_tail + i, s) for i, s in enumerate(tail_lines)]
-        warnings.append(f"{name} is {len(text) / 1e6:.1f} MB; read its first {len(head) // 1024} KB and last "
-                        f"{len(tail) // 1024} KB (limit KB_DIAGNOSE_MAX_BYTES={max_bytes})")
+        # Keep the line budget proportional to the byte cap for long-lined logs.
+        avg = max(1.0, len(text) / max(1, len(raw)))
+        budget = max(100, min(max_lines, int(max_bytes / avg)))
+    if len(raw) <= budget:
+        lines = [(i + 1, s) for i, s in enumerate(raw)]
     else:
-        lines = [(i + 1, s) for i, s in enumerate(text.split("\n"))]
-    if len(lines) > max_lines:
-        keep_head = max_lines // 4
-        lines = lines[:keep_head] + lines[-(max_lines - keep_head):]
-        warnings.append(f"{name} has more than {max_lines} lines; read the first {keep_head} and the last "
-                        f"{max_lines - keep_head} (limit KB_DIAGNOSE_MAX_LINES)")
+        n_head, n_mid = budget // 4, budget // 4
+        n_tail = budget - n_head - n_mid
+        mid_lo, mid_hi = n_head, len(raw) - n_tail
+        salient = [i for i in range(mid_lo, mid_hi) if _SALIENT.search(raw[i])]
+        if len(salient) > n_mid:
+            salient = salient[: n_mid // 2] + salient[-(n_mid - n_mid // 2):]
+        keep = list(range(n_head)) + salient + list(range(mid_hi, len(raw)))
+        lines = [(i + 1, raw[i]) for i in keep]
+        warnings.append(f"{name} has {len(raw)} lines ({len(text) / 1e6:.1f} MB); read the first {n_head}, the last "
+                        f"{n_tail} and {len(salient)} lines in between that mention nan / inf / errors "
+                        f"(limits KB_DIAGNOSE_MAX_LINES={max_lines}, KB_DIAGNOSE_MAX_BYTES={max_bytes})")
     long_lines = 0
     out = []
     for n, s in lines:
@@ -169,6 +192,11 @@ def extract_facts(text: str, source: str = "text") -> Facts:
 
     Pure function: string in, facts out. Raises InputError for binary junk, InputTooLarge past 10x the caps.
     """
+    return extract_with_lines(text, source)[0]
+
+
+def extract_with_lines(text: str | bytes, source: str = "text") -> tuple[Facts, list[tuple[int, str]]]:
+    """`extract_facts` plus the numbered lines it read (the engine matches signatures on the same lines)."""
     from kb.diagnose import configs, logs, prose
 
     text = check_text(text, source)
@@ -178,4 +206,4 @@ def extract_facts(text: str, source: str = "text") -> Facts:
     logs.extract(lines, facts, source)
     prose.extract(lines, facts, source)
     prose.derive(facts, source)
-    return facts
+    return facts, lines

@@ -181,7 +181,7 @@ def _table_record(n: int, s: str, pairs: list[tuple[str, str]]) -> Record | None
 
 def metric_facts(records: list[Record], facts: Facts, source: str) -> None:
     seen_nonzero: dict[str, bool] = {}
-    history: dict[str, list[float]] = {}
+    min_pos: dict[str, float] = {}  # smallest positive value seen so far, per metric (spike reference)
     first_bad: tuple[int, int | None, str] | None = None
     for i, r in enumerate(records, 1):
         bad_here = False
@@ -207,10 +207,11 @@ def metric_facts(records: list[Record], facts: Facts, source: str) -> None:
             if math.isfinite(v) and v != 0.0:
                 seen_nonzero[k] = True
             if first_bad is None and math.isfinite(v) and (is_loss_like(k) or "norm" in k.lower()):
-                prev = [p for p in history.get(k, []) if p > 0]
-                if prev and v > 10 * min(prev) and v > 1.0:
+                ref = min_pos.get(k)
+                if ref is not None and v > 10 * ref and v > 1.0:
                     facts.add("spike_metrics", k, "log", r.line, detail, source)
-                history.setdefault(k, []).append(v)
+                if v > 0:
+                    min_pos[k] = v if ref is None else min(ref, v)
         if bad_here and first_bad is None:
             first_bad = (i, r.step, r.text.strip())
             step = r.step if r.step is not None else i
@@ -230,7 +231,8 @@ _PKG = re.compile(r"(?<![\w\-])(?P<pkg>[A-Za-z][\w\-]*)\s*(?:==|=|>=|~=|:|\s+ver
 _PIP_LIST = re.compile(r"^\s*(?P<pkg>[A-Za-z][\w\-]*)\s{2,}(?P<ver>v?\d+(?:\.\d+)+[\w.+\-]*)\s*$")
 _TORCH_ENV = re.compile(r"PyTorch version\s*:\s*(?P<ver>\d+(?:\.\d+)+[\w.+\-]*)", re.IGNORECASE)
 _GPU = re.compile(r"\b(?P<gpu>V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A6000|L40S?|L4|A40|"
-                  r"RTX\s?[2345]0[6789]0(?:\s?Ti)?|[2345]0[6789]0(?:\s?Ti)?|910B|MI\d{3}X?|TITAN\s?V|GTX\s?1080)\b")
+                  r"(?:RTX|GeForce(?: RTX)?)\s?[2345]0[6789]0(?:\s?Ti)?|910B|MI\d{3}X?|TITAN\s?V|GTX\s?1080)\b")
+# (A bare "3090" is not enough: step counters and sample counts look the same.)
 _NO_BF16 = re.compile(r"V100|T4|P100|P40|TITAN\s?V|1080|20[6789]0", re.IGNORECASE)
 
 

@@ -3,6 +3,7 @@ filled with exclamation marks") -> facts, and facts derived from other facts (pr
 
 from __future__ import annotations
 
+import bisect
 import re
 
 from kb.canonical import ALGORITHMS, FRAMEWORKS
@@ -74,8 +75,16 @@ _FAMILIES = (
 )
 
 
+_FAMILY_RX = [(fam, re.compile(rx, re.IGNORECASE)) for fam, rx in _FAMILIES]
+_SHIFT_ATTN = re.compile(r"S(?:\^?2|²)[- ]?attn|S(?:\^?2|²)[- ]Attention|shift(?:ed)?[_ ]attn|shifted sparse attention|"
+                         r"LongLoRA", re.IGNORECASE)
+_LORA = re.compile(r"\blora\b|\bqlora\b|peft", re.IGNORECASE)
+
+
 def _alias_regex(alias: str) -> re.Pattern[str]:
-    return re.compile(r"(?<![A-Za-z])" + re.escape(alias).replace(r"\ ", r"[\s_-]") + r"(?![A-Za-z])", re.IGNORECASE)
+    # `GRPOTrainer`, `ORPOConfig` name the algorithm too.
+    return re.compile(r"(?<![A-Za-z])" + re.escape(alias).replace(r"\ ", r"[\s_-]") + r"(?=Trainer|Config|[^A-Za-z]|$)",
+                      re.IGNORECASE)
 
 
 _ALGO_RX = [(name, _alias_regex(a)) for name, aliases in ALGORITHMS.items()
@@ -83,6 +92,17 @@ _ALGO_RX = [(name, _alias_regex(a)) for name, aliases in ALGORITHMS.items()
 _ALGO_RX.append(("RM", re.compile(r"reward[ _-]?model(?:ing|ling)?|奖励模型|\bRM\b")))
 _FW_RX = [(name, _alias_regex(a)) for name in _FW_ORDER for a in (name.lower(), *FRAMEWORKS.get(name, ()))
           if a not in _FW_AMBIGUOUS or name in ("DeepSpeed", "transformers")]
+# A lowercase word every match of a name regex contains (None: no cheap pre-test).
+_HINTS: dict[re.Pattern[str], str] = {}
+for _name, _a in [(n, a) for n, aliases in ALGORITHMS.items() for a in (n.lower(), *aliases)] + \
+        [(n, a) for n in _FW_ORDER for a in (n.lower(), *FRAMEWORKS.get(n, ()))]:
+    _m = re.match(r"[a-z0-9]+", _a.lower())
+    if _m:
+        _HINTS[_alias_regex(_a)] = _m.group(0)
+for _fam, _rx in _FAMILY_RX:
+    _m = re.match(r"(?:\\b)?([a-z]+)", _rx.pattern)
+    if _m:
+        _HINTS[_rx] = _m.group(1)
 
 
 def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
@@ -106,36 +126,72 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                 facts.set("weights_dtype", "fp16", "text", n, clause, source)
 
 
-def _first(lines: list[tuple[int, str]], rxs: list[tuple[str, re.Pattern[str]]]) -> tuple[str, int, str] | None:
-    best: tuple[int, int, int, str, str] | None = None  # (line, column, order, name, text)
+class _Joined:
+    """The lines as one string, so each of ~100 name regexes runs once over the paste instead of once per line."""
+
+    def __init__(self, lines: list[tuple[int, str]]):
+        self.lines = lines
+        self.text = "\n".join(s for _, s in lines)
+        self.low = self.text.lower()
+        self.starts: list[int] = []
+        pos = 0
+        for _, s in lines:
+            self.starts.append(pos)
+            pos += len(s) + 1
+
+    def first(self, rx: re.Pattern[str]) -> tuple[int, int] | None:
+        """(index into lines, column) of the first match."""
+        hint = _HINTS.get(rx)
+        if hint and hint not in self.low:
+            return None  # a plain substring test is far cheaper than the case-insensitive regex over a big log
+        m = rx.search(self.text)
+        if m is None:
+            return None
+        i = bisect.bisect_right(self.starts, m.start()) - 1
+        return i, m.start() - self.starts[i]
+
+
+def _first(joined: _Joined, rxs: list[tuple[str, re.Pattern[str]]]) -> tuple[str, int, str] | None:
+    best: tuple[int, int, int, str] | None = None  # (line index, column, order, name)
     for order, (name, rx) in enumerate(rxs):
-        for n, s in lines:
-            m = rx.search(s)
-            if m:
-                cand = (n, m.start(), order, name, s)
-                if best is None or cand[:2] < best[:2]:
-                    best = cand
-                break
-    return None if best is None else (best[3], best[0], best[4])
+        got = joined.first(rx)
+        if got is not None and (best is None or got < best[:2]):
+            best = (got[0], got[1], order, name)
+    if best is None:
+        return None
+    n, s = joined.lines[best[0]]
+    return best[3], n, s
+
+
+def _family(joined: _Joined) -> tuple[str, int, str] | None:
+    """The family named on the earliest line (the first in _FAMILIES order when a line names several)."""
+    best: tuple[int, int, str] | None = None
+    for order, (fam, rx) in enumerate(_FAMILY_RX):
+        got = joined.first(rx)
+        if got is not None and (best is None or (got[0], order) < best[:2]):
+            best = (got[0], order, fam)
+    if best is None:
+        return None
+    n, s = joined.lines[best[0]]
+    return best[2], n, s
 
 
 def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     _precision_mentions(lines, facts, source)
-    got = _first(lines, _ALGO_RX)
+    joined = _Joined(lines)
+    got = _first(joined, _ALGO_RX)
     if got:
         facts.set("algorithm", got[0], "text", got[1], got[2], source)
     specific = [(name, rx) for name, rx in _FW_RX if name not in ("DeepSpeed", "transformers")]
-    got = _first(lines, specific) or _first(lines, [(n, r) for n, r in _FW_RX if n in ("DeepSpeed", "transformers")])
+    got = _first(joined, specific) or _first(joined, [(n, r) for n, r in _FW_RX if n in ("DeepSpeed", "transformers")])
     if got:
         facts.set("framework", got[0], "text", got[1], got[2], source)
-    mentions_ds = any(re.search(r"deepspeed|zero", s, re.IGNORECASE) for _, s in lines)
+    if "model_family" not in facts:
+        got = _family(joined)
+        if got:
+            facts.set("model_family", got[0], "text", got[1], got[2], source)
+    mentions_ds = re.search(r"deepspeed|zero", joined.text, re.IGNORECASE) is not None
     for n, s in lines:
-        low = s.lower()
-        if "model_family" not in facts:
-            for fam, rx in _FAMILIES:
-                if re.search(rx, low):
-                    facts.set("model_family", fam, "text", n, s, source)
-                    break
         if _SP.search(s):
             facts.set("sequence_parallel", True, "text", n, s, source)
         m = _ZERO.search(s)
@@ -148,15 +204,14 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         if _COLLAPSE.search(s):
             facts.set("output_collapse", True, "text", n, s, source)
             facts.add("symptom", "collapse", "text", n, s, source)
-        if re.search(r"S(?:\^?2|²)[- ]?attn|S(?:\^?2|²)[- ]Attention|shift(?:ed)?[_ ]attn|shifted sparse attention|LongLoRA", s,
-                     re.IGNORECASE):
+        if _SHIFT_ATTN.search(s):
             facts.set("shift_attn", True, "text", n, s, source)
         m = _KL_K3.search(s)
         if m:
             facts.set("kl_estimator", "k3", "text", n, s, source)
         if _LENGTH_NORM.search(s):
             facts.set("average_log_prob", True, "text", n, s, source)
-        if re.search(r"\blora\b|\bqlora\b|peft", s, re.IGNORECASE):
+        if _LORA.search(s):
             facts.set("use_peft", True, "text", n, s, source)
         for m in _PROSE_METRIC.finditer(s):
             if not _GAP_OK.match(m.group("gap")):
