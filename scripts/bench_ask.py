@@ -116,6 +116,9 @@ def main() -> int:
         torch_check = child("import sys\nfrom kb.kb import KnowledgeBase\nKnowledgeBase.open().ask('fp16 nan')\n"
                             "RESULT={'torch_imported': 'torch' in sys.modules}", env)
         results["ask_imports_torch"] = torch_check["torch_imported"]
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1, ensure_ascii=False))
+        print(json.dumps({k: results[k] for k in ("build_shipped", "warm_ask", "cold_cli_ask_s")}), file=sys.stderr)
 
         for n in [int(x) for x in args.sizes.split(",") if x]:
             d = Path(tmp) / f"synth-{n}"
@@ -133,6 +136,8 @@ def main() -> int:
                         "RESULT={'open_and_first_ask_s': first, 'p50_ms': statistics.median(lat), "
                         "'p95_ms': lat[int(0.95*(len(lat)-1))]}", env_n)
             results[f"synthetic_{n}"] = {"build": build, "ask": ask}
+            if args.json:  # write as we go: the 100k build takes a long time on 2 cores
+                Path(args.json).write_text(json.dumps(results, indent=1, ensure_ascii=False))
             print(f"{n}: build {build['seconds']:.1f}s, ask p50 {ask['p50_ms']:.1f} ms", file=sys.stderr)
 
     print(json.dumps(results, indent=1, ensure_ascii=False))

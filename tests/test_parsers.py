@@ -283,3 +283,12 @@ def test_truncated_json_keeps_complete_values():
 def test_utf16_with_bom_is_text_not_binary():
     f = extract_facts("loss nan with fp16".encode("utf-16"))
     assert f.value("precision") == "fp16" and f.value("nan_metrics") == ["loss"]
+
+
+def test_space_separated_metric_lines():
+    # "step N loss X" without ':' or '=' is a common hand-written / custom-loop log format.
+    from kb.diagnose.facts import extract_facts
+
+    facts = extract_facts("step 10 loss 3.2, step 20 loss nan\nstep 30 loss nan grad_norm nan").values()
+    assert facts["first_bad_step"] == 20
+    assert set(facts["nan_metrics"]) >= {"loss", "grad_norm"}

@@ -52,6 +52,9 @@ OUT_OF_SCOPE_ERRORS = frozenset(eid for eid, _, scope in ERROR_PATTERNS if not s
 _NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+)|[-+]?nan|[-+]?inf(?:inity)?"
 _PAIR = re.compile(r"['\"]?(?P<k>[A-Za-z_][\w/.\-]*)['\"]?\s*[:=]\s*(?:tensor\()?['\"]?(?P<v>" + _NUM + r")(?![\w.])",
                    re.IGNORECASE)
+# "step 10 loss 3.2, step 20 loss nan": name and number separated by spaces only; read only when a line has
+# no `k: v` / `k=v` pairs, and only for names that look like metrics (prose like "after 100 iterations" is not).
+_LOOSE_PAIR = re.compile(r"(?<![\w.])(?P<k>[A-Za-z_][\w/.\-]*)\s+(?P<v>" + _NUM + r")(?![\w.])", re.IGNORECASE)
 _SPACE_PAIR = re.compile(r"^\s*(?P<k>[A-Za-z_][\w/.\-]*)\s*[:=]?\s+(?P<v>" + _NUM + r")\s*$", re.IGNORECASE)
 _METRIC_WORD = re.compile(r"loss|norm|reward|kl|acc|logps|logits|margin|entropy|score|lr|learning_rate|ppl|"
                           r"perplexity|advantage|ratio|clip|value|return|step|epoch|iter", re.IGNORECASE)
@@ -144,6 +147,8 @@ def parse_metric_records(lines: list[tuple[int, str]]) -> list[Record]:
         else:
             header = None
         pairs = [(m.group("k"), m.group("v")) for m in _PAIR.finditer(s)]
+        if not pairs:
+            pairs = [(m.group("k"), m.group("v")) for m in _LOOSE_PAIR.finditer(s) if _METRIC_WORD.search(m.group("k"))]
         # "'loss': 1.19e+34, 'grad_norm': nan, then 'loss': 0.0": a repeated key starts the next record.
         group: list[tuple[str, str]] = []
         for k, v in pairs + [("", "")]:
