@@ -109,7 +109,7 @@ class KnowledgeBase:
         self._lock = threading.RLock()
         self._records: dict[str, Incident] | None = None
         self._fingerprint: str | None = None
-        self._doc_tokens: dict[str, tuple[str, set[str]]] = {}
+        self._doc_tokens: dict[str, tuple[Incident, set[str]]] = {}
         self._bundle: index_bundle.IndexBundle | None = None
         self._embedder = None
 
@@ -282,10 +282,10 @@ class KnowledgeBase:
         return hits
 
     def _matched_terms(self, q_tokens: list[str], inc: Incident, b: index_bundle.IndexBundle) -> list[str]:
-        sha = record_sha(inc)
+        # Cached per record object: reload() builds new records, so an edited record is re-tokenized.
         cached = self._doc_tokens.get(inc.id)
-        if cached is None or cached[0] != sha:
-            cached = (sha, set(tokenize(" ".join(inc.search_text().values()), drop_stopwords=False)))
+        if cached is None or cached[0] is not inc:
+            cached = (inc, set(tokenize(" ".join(inc.search_text().values()), drop_stopwords=False)))
             self._doc_tokens[inc.id] = cached
         doc_tokens = cached[1]
         hit = [t for t in q_tokens if t in doc_tokens]
