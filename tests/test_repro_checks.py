@@ -5,41 +5,18 @@ from __future__ import annotations
 import json
 import math
 import time
-from functools import cache
 from pathlib import Path
 
 import pytest
+from repro_support import INCIDENTS, check, finite, nan, verdict
 
 from kb.cli import main as kb_main
 from kb.errors import NotFound
-from kb.repro.harness import Verdict, evaluate, load_check
+from kb.repro.harness import Verdict, evaluate
 from kb.repro.runner import run_check
 
-INCIDENTS = Path(__file__).resolve().parent.parent / "incidents"
 SEEDS = ["ms-swift-dpo-sp-nll-nan", "openrlhf-kto-vanilla-loss-nan", "trl-simpo-empty-response-nan",
          "xtuner-internlm2-fp16-overflow", "trl-reward-lora-fp16-head-nan"]
-
-
-@cache
-def check(incident_id: str):
-    path = INCIDENTS / incident_id / "repro.py"
-    if not path.is_file():
-        pytest.skip(f"{path} is absent")
-    return load_check(path)()
-
-
-@cache
-def verdict(incident_id: str, **user) -> Verdict:
-    """The check run in-process on CPU (framework level off: CI installs no frameworks)."""
-    return evaluate(check(incident_id), "cpu", user or None, framework=False)
-
-
-def nan(x) -> bool:
-    return isinstance(x, float) and math.isnan(x)
-
-
-def finite(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 @pytest.mark.parametrize("incident_id", SEEDS)

@@ -4,42 +4,18 @@ finite with the fix, and what each check's settings rule says about other settin
 from __future__ import annotations
 
 import math
-from functools import cache
-from pathlib import Path
 
 import pytest
 import torch
+from repro_support import check, finite, nan, verdict
 
-from kb.repro.harness import ReproCheck, Verdict, cli_main, evaluate, load_check
+from kb.repro.harness import Verdict, cli_main
 
-INCIDENTS = Path(__file__).resolve().parent.parent / "incidents"
 CPU_CHECKS = ["trl-orpo-log1p-backward-nan", "deepspeed-chat-rm-left-padding-nan",
               "nemo-rl-grpo-loo-std-advantage-explosion", "ms-swift-gdpo-nan-reward-advantages",
               "verl-ppo-micro-batch-exceeds-mini-batch-nan", "miles-ppo-ratio-exp-overflow-nan",
               "unsloth-llama3-untrained-tokens-nan"]
 GPU_ONLY = ["deepspeed-zero2-overlap-comm-multistream-race", "deepspeed-zero2-overlap-comm-buffer-recycle"]
-
-
-@cache
-def check(incident_id: str) -> ReproCheck:
-    path = INCIDENTS / incident_id / "repro.py"
-    if not path.is_file():
-        pytest.skip(f"{path} is absent")
-    return load_check(path)()
-
-
-@cache
-def verdict(incident_id: str, device: str = "cpu", **user) -> Verdict:
-    """The check run in-process (framework level off: CI installs no frameworks)."""
-    return evaluate(check(incident_id), device, user or None, framework=False)
-
-
-def nan(x) -> bool:
-    return isinstance(x, float) and math.isnan(x)
-
-
-def finite(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 @pytest.mark.parametrize("incident_id", CPU_CHECKS)

@@ -4,43 +4,17 @@ NaN / inf / a collapse or leak, the fix stays finite, and each check's settings 
 from __future__ import annotations
 
 import math
-from functools import cache
-from pathlib import Path
 
 import pytest
 import torch
+from repro_support import check, finite, nan, verdict
 
-from kb.repro.harness import ReproCheck, Verdict, evaluate, load_check
-
-INCIDENTS = Path(__file__).resolve().parent.parent / "incidents"
 CPU_CHECKS = ["llamafactory-s2-attn-fp16-grad-nan", "xtuner-llava-vision-lr-nan", "openrlhf-ring-attn-sft-nan",
               "trl-sft-all-labels-masked-zero-loss", "colossalai-pretrain-truncation-nan",
               "trl-ipo-empty-completion-nan", "trl-kto-unbalanced-batch-nan", "deepspeed-chat-rm-loss-scale-min",
               "transformers-gemma2-flash-attn-nan", "verl-grpo-low-var-kl-nan",
               "llamafactory-baichuan2-fp16-zero-loss", "tinyllama-model-half-nan"]
 GPU_ONLY = "pytorch-cudnn-sdpa-nan"
-
-
-@cache
-def check(incident_id: str) -> ReproCheck:
-    path = INCIDENTS / incident_id / "repro.py"
-    if not path.is_file():
-        pytest.skip(f"{path} is absent")
-    return load_check(path)()
-
-
-@cache
-def verdict(incident_id: str, device: str = "cpu") -> Verdict:
-    """The check run in-process at its reported settings (framework level off: CI installs no frameworks)."""
-    return evaluate(check(incident_id), device, None, framework=False)
-
-
-def nan(x) -> bool:
-    return isinstance(x, float) and math.isnan(x)
-
-
-def finite(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
 
 
 @pytest.mark.parametrize("incident_id", CPU_CHECKS)

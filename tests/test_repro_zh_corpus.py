@@ -2,28 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
+from repro_support import check
 
 from kb.repro.harness import evaluate
-
-INCIDENTS = Path(__file__).resolve().parents[1] / "incidents"
-
-
-def _check(incident_id: str):
-    """Instantiate the ReproCheck subclass defined in incidents/<id>/repro.py."""
-    path = INCIDENTS / incident_id / "repro.py"
-    spec = importlib.util.spec_from_file_location(f"repro_{incident_id.replace('-', '_')}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    from kb.repro.harness import ReproCheck
-
-    classes = [c for c in vars(mod).values() if isinstance(c, type) and issubclass(c, ReproCheck) and c is not ReproCheck]
-    return classes[0]()
-
 
 # Loss-level checks (no transformers import): each runs in well under a second.
 FAST = [
@@ -38,7 +22,7 @@ FAST = [
 
 @pytest.mark.parametrize("incident_id", FAST)
 def test_fast_checks_confirm_on_cpu(incident_id: str) -> None:
-    v = evaluate(_check(incident_id), device="cpu", framework=False)
+    v = evaluate(check(incident_id), device="cpu", framework=False)
     assert v.error is None
     assert v.reproduced and v.fixed and v.confirmed
     assert math.isnan(v.evidence["faulty"]["loss"]) or math.isnan(v.evidence["faulty"].get("grad_norm", 0.0))
@@ -46,25 +30,25 @@ def test_fast_checks_confirm_on_cpu(incident_id: str) -> None:
 
 
 def test_singleton_group_std_is_the_bessel_nan() -> None:
-    v = evaluate(_check("cppo-grpo-singleton-group-std-nan"), device="cpu", framework=False)
+    v = evaluate(check("cppo-grpo-singleton-group-std-nan"), device="cpu", framework=False)
     assert "degrees of freedom" in v.evidence["faulty"]["warning"]
     assert v.evidence["fixed"]["group_size"] == 2 and v.evidence["fixed"]["reward_std"] > 0
 
 
 def test_nan_steps_are_logged_as_zero_loss() -> None:
-    v = evaluate(_check("ms-swift-zero3-offload-hpz-loss-zero"), device="cpu", framework=False)
+    v = evaluate(check("ms-swift-zero3-offload-hpz-loss-zero"), device="cpu", framework=False)
     assert v.evidence["faulty"]["logged_loss"] == 0.0
     assert v.evidence["fixed"]["logged_loss"] > 0.0
 
 
 def test_fp16_adamw_nan_does_not_depend_on_learning_rate() -> None:
-    check = _check("chatglm2-6b-int4-full-finetune-nan")
-    v = evaluate(check, device="cpu", user_settings={"learning_rate": 0.0}, framework=False)
+    c = check("chatglm2-6b-int4-full-finetune-nan")
+    v = evaluate(c, device="cpu", user_settings={"learning_rate": 0.0}, framework=False)
     assert v.evidence["user"]["nan_embedding_rows"] > 0
     assert v.user_settings_trigger is True
 
 
 def test_sdpa_check_says_cpu_cannot_show_the_kernel_bug() -> None:
-    v = evaluate(_check("llamafactory-sdpa-deepspeed-step0-grad-nan"), device="cpu", framework=False)
+    v = evaluate(check("llamafactory-sdpa-deepspeed-step0-grad-nan"), device="cpu", framework=False)
     assert v.gpu_only_effect and not v.reproduced and not v.confirmed
     assert any("GPU-only" in n for n in v.notes)

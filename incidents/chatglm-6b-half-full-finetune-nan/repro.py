@@ -2,30 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import torch
 
 from kb.repro.harness import ReproCheck, cli_main, grad_norm, num
-
-
-def hf_logged_loss(step_losses: list[float]) -> float:
-    """Loss the HF Trainer logs for one window: with logging_nan_inf_filter a NaN/inf step adds the running mean."""
-    tr_loss = 0.0
-    for n, loss in enumerate(step_losses, start=1):
-        tr_loss = tr_loss + tr_loss / n if not math.isfinite(loss) else tr_loss + loss
-    return tr_loss / max(len(step_losses), 1)
-
-def _tiny_llama():
-    from kb.repro.tiny import tiny_causal_lm
-
-    return tiny_causal_lm("llama", vocab_size=64, hidden_size=32, intermediate_size=64)
-
-
-def _batch() -> torch.Tensor:
-    return torch.randint(2, 64, (4, 16), generator=torch.Generator().manual_seed(1))
-
+from kb.repro.tiny import tiny_causal_lm, token_batch
 
 
 class HalfWeightsAdamCheck(ReproCheck):
@@ -41,12 +23,12 @@ class HalfWeightsAdamCheck(ReproCheck):
         return wd == "fp16", f"trainable weights stored in {wd}"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
-        model = _tiny_llama().to(device)
+        model = tiny_causal_lm("llama", device=device, vocab_size=64, hidden_size=32, intermediate_size=64)
         half = not fixed and settings.get("weights_dtype") == "fp16"
         if half:
             model = model.half()
         opt = torch.optim.AdamW(model.parameters(), lr=float(settings.get("learning_rate") or 1e-5), foreach=False)
-        ids, losses, gn = _batch().to(device), [], None
+        ids, losses, gn = token_batch(64, (4, 16), seed=1, device=device), [], None
         for _ in range(3):
             with torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=not half):
                 loss = model(input_ids=ids, labels=ids).loss

@@ -8,24 +8,7 @@ from typing import Any, ClassVar
 import torch
 
 from kb.repro.harness import ReproCheck, cli_main, num
-
-
-def hf_logged_loss(step_losses: list[float]) -> float:
-    """Loss the HF Trainer logs for one window: with logging_nan_inf_filter a NaN/inf step adds the running mean."""
-    tr_loss = 0.0
-    for n, loss in enumerate(step_losses, start=1):
-        tr_loss = tr_loss + tr_loss / n if not math.isfinite(loss) else tr_loss + loss
-    return tr_loss / max(len(step_losses), 1)
-
-def _tiny_llama():
-    from kb.repro.tiny import tiny_causal_lm
-
-    return tiny_causal_lm("llama", vocab_size=64, hidden_size=32, intermediate_size=64)
-
-
-def _batch() -> torch.Tensor:
-    return torch.randint(2, 64, (4, 16), generator=torch.Generator().manual_seed(1))
-
+from kb.repro.tiny import tiny_causal_lm, token_batch
 
 
 class HighLrCheck(ReproCheck):
@@ -39,9 +22,9 @@ class HighLrCheck(ReproCheck):
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         lr = float(settings.get("learning_rate") or 20.0) / (100.0 if fixed else 1.0)
-        model = _tiny_llama().to(device)
+        model = tiny_causal_lm("llama", device=device, vocab_size=64, hidden_size=32, intermediate_size=64)
         opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-        ids, losses = _batch().to(device), []
+        ids, losses = token_batch(64, (4, 16), seed=1, device=device), []
         for _ in range(12):
             loss = model(input_ids=ids, labels=ids).loss
             opt.zero_grad()

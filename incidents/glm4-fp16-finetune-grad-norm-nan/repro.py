@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import torch
 
 from kb.repro.harness import ReproCheck, cli_main, num
+from kb.repro.tiny import token_batch
 
-
-def hf_logged_loss(step_losses: list[float]) -> float:
-    """Loss the HF Trainer logs for one window: with logging_nan_inf_filter a NaN/inf step adds the running mean."""
-    tr_loss = 0.0
-    for n, loss in enumerate(step_losses, start=1):
-        tr_loss = tr_loss + tr_loss / n if not math.isfinite(loss) else tr_loss + loss
-    return tr_loss / max(len(step_losses), 1)
 
 class MassiveActivationFp16Check(ReproCheck):
     """Faulty: fp16 autocast over a channel driven to ~1e5; fixed: bf16 autocast."""
@@ -39,7 +32,7 @@ class MassiveActivationFp16Check(ReproCheck):
             w_in[5, 5] = 400.0  # a channel the bf16-trained model drives to ~1e5
         x = torch.randn(4, 8, d, device=device) * 0.5
         x[..., 5] = 250.0
-        labels = torch.randint(0, vocab, (4, 8), generator=torch.Generator().manual_seed(2)).to(device)
+        labels = token_batch(vocab, (4, 8), seed=2, low=0, device=device)
         with torch.autocast(device.split(":")[0], dtype=dtype):
             h = x @ w_in  # 250 * 400 = 1e5 > 65504
             hn = h * torch.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(h.dtype)

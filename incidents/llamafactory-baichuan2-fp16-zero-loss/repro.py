@@ -9,16 +9,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from kb.repro.harness import ReproCheck, cli_main, grad_norm, num
-from kb.repro.tiny import torch_dtype
-
-
-def hf_logged_loss(step_losses: list[float]) -> float:
-    """What the HF Trainer logs for a window: with logging_nan_inf_filter (default) a NaN step adds the running mean."""
-    tr_loss = 0.0
-    for n, loss in enumerate(step_losses, start=1):
-        tr_loss = tr_loss + tr_loss / n if not math.isfinite(loss) else tr_loss + loss
-    return tr_loss / max(len(step_losses), 1)
+from kb.repro.harness import ReproCheck, cli_main, grad_norm, hf_logged_loss, num
+from kb.repro.tiny import tiny_causal_lm, token_batch, torch_dtype
 
 
 class FP16OutlierOverflow(ReproCheck):
@@ -41,11 +33,9 @@ class FP16OutlierOverflow(ReproCheck):
         return None, "precision unknown"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
-        from kb.repro.tiny import tiny_causal_lm
-
         dt = torch.bfloat16 if fixed else torch_dtype(settings.get("precision"))
         model = tiny_causal_lm("llama", device=device)
-        ids = torch.randint(2, 128, (2, 32), generator=torch.Generator().manual_seed(0)).to(device)
+        ids = token_batch(128, (2, 32), seed=0, device=device)
         with torch.no_grad():  # one residual channel of ~1e5, the kind of outlier large LLMs develop in a few dims
             mlp_out = model.model.layers[0].mlp(model.model.layers[0].post_attention_layernorm(
                 model.model.embed_tokens(ids)))

@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import torch
 
-from kb.repro.harness import ReproCheck, cli_main, grad_norm
-
-
-def hf_logged_loss(step_losses: list[float]) -> float:
-    """Loss the HF Trainer logs for one window: with logging_nan_inf_filter a NaN/inf step adds the running mean."""
-    tr_loss = 0.0
-    for n, loss in enumerate(step_losses, start=1):
-        tr_loss = tr_loss + tr_loss / n if not math.isfinite(loss) else tr_loss + loss
-    return tr_loss / max(len(step_losses), 1)
+from kb.repro.harness import ReproCheck, cli_main, grad_norm, hf_logged_loss
 
 WORLD = 4  # simulated data-parallel ranks
 BAD_DS = ("0.12.4", "0.12.5", "0.12.6", "0.13.", "0.14.0", "0.14.1", "0.14.2")

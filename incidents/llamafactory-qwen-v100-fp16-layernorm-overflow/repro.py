@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import torch
 
 from kb.repro.harness import ReproCheck, cli_main, num
+from kb.repro.tiny import token_batch
 
-
-def hf_logged_loss(step_losses: list[float]) -> float:
-    """Loss the HF Trainer logs for one window: with logging_nan_inf_filter a NaN/inf step adds the running mean."""
-    tr_loss = 0.0
-    for n, loss in enumerate(step_losses, start=1):
-        tr_loss = tr_loss + tr_loss / n if not math.isfinite(loss) else tr_loss + loss
-    return tr_loss / max(len(step_losses), 1)
 
 class Fp16NormOverflowCheck(ReproCheck):
     """Faulty: residual add + RMSNorm in fp16; fixed: the same path upcast to fp32 (--upcast_layernorm / bf16)."""
@@ -41,7 +34,7 @@ class Fp16NormOverflowCheck(ReproCheck):
         h = emb.to(dtype) + update.to(dtype)  # 7e4 > fp16 max 65504 -> inf
         normed = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
         logits = normed.float() @ head
-        labels = torch.randint(0, vocab, (4, 8), generator=torch.Generator().manual_seed(2)).to(device)
+        labels = token_batch(vocab, (4, 8), seed=2, low=0, device=device)
         loss = torch.nn.functional.cross_entropy(logits.view(-1, vocab), labels.view(-1))
         return {"max_abs_hidden": num(h.float().abs().max()), "loss": num(loss)}
 

@@ -10,13 +10,6 @@ import torch
 from kb.repro.harness import ReproCheck, cli_main
 
 
-def hf_logged_loss(step_losses: list[float]) -> float:
-    """Loss the HF Trainer logs for one window: with logging_nan_inf_filter a NaN/inf step adds the running mean."""
-    tr_loss = 0.0
-    for n, loss in enumerate(step_losses, start=1):
-        tr_loss = tr_loss + tr_loss / n if not math.isfinite(loss) else tr_loss + loss
-    return tr_loss / max(len(step_losses), 1)
-
 def _attn_grad_norm(device: str, backends: list[Any] | None) -> float:
     torch.manual_seed(0)
     dt = torch.bfloat16 if device.startswith("cuda") else torch.float32

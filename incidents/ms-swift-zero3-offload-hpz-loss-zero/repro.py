@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import torch
 
-from kb.repro.harness import ReproCheck, cli_main, num
-
-
-def hf_logged_loss(step_losses: list[float]) -> float:
-    """Loss the HF Trainer logs for one window: with logging_nan_inf_filter a NaN/inf step adds the running mean."""
-    tr_loss = 0.0
-    for n, loss in enumerate(step_losses, start=1):
-        tr_loss = tr_loss + tr_loss / n if not math.isfinite(loss) else tr_loss + loss
-    return tr_loss / max(len(step_losses), 1)
+from kb.repro.harness import ReproCheck, cli_main, hf_logged_loss, num
 
 WORLD = 4  # ranks holding primary shards
 

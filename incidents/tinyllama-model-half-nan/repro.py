@@ -4,20 +4,12 @@ later loss is NaN (logged as 0.0 by the HF Trainer). fp32 weights with fp16 mixe
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import torch
 
-from kb.repro.harness import ReproCheck, cli_main, grad_norm, num
-
-
-def hf_logged_loss(step_losses: list[float]) -> float:
-    """What the HF Trainer logs for a window: with logging_nan_inf_filter (default) a NaN step adds the running mean."""
-    tr_loss = 0.0
-    for n, loss in enumerate(step_losses, start=1):
-        tr_loss = tr_loss + tr_loss / n if not math.isfinite(loss) else tr_loss + loss
-    return tr_loss / max(len(step_losses), 1)
+from kb.repro.harness import ReproCheck, cli_main, grad_norm, hf_logged_loss, num
+from kb.repro.tiny import tiny_causal_lm, token_batch
 
 
 class HalfWeightsAdamW(ReproCheck):
@@ -36,14 +28,12 @@ class HalfWeightsAdamW(ReproCheck):
         return None, "dtype of the trainable weights unknown"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
-        from kb.repro.tiny import tiny_causal_lm
-
         lr = float(settings.get("learning_rate") or 2e-5)
         half = not fixed and settings.get("weights_dtype") == "fp16"
         model = tiny_causal_lm("llama", dtype=torch.float16 if half else torch.float32, device=device)
         # Plain (non-fused, non-foreach) AdamW: the per-parameter update the HF Trainer's adamw_torch ran.
         opt = torch.optim.AdamW(model.parameters(), lr=lr, foreach=False, fused=False)
-        ids = torch.randint(2, 128, (2, 32), generator=torch.Generator().manual_seed(0)).to(device)
+        ids = token_batch(128, (2, 32), seed=0, device=device)
         losses, norms = [], []
         for _ in range(2):  # step 1 is finite; the update it makes breaks step 2
             with torch.autocast(device_type=device.split(":")[0], dtype=torch.float16, enabled=not half):

@@ -118,6 +118,15 @@ def num(x: Any) -> float:
     return float(x.detach().float().item()) if hasattr(x, "detach") else float(x)
 
 
+def hf_logged_loss(step_losses: list[float]) -> float:
+    """Loss the HF Trainer logs for one window: with logging_nan_inf_filter (its default) a NaN/inf step adds the
+    running mean instead of itself, so a window of only NaN steps is logged as 0.0."""
+    tr_loss = 0.0
+    for n, loss in enumerate(step_losses, start=1):
+        tr_loss = tr_loss + tr_loss / n if not math.isfinite(loss) else tr_loss + loss
+    return tr_loss / max(len(step_losses), 1)
+
+
 class ReproCheck:
     """Base class of a repro check. Subclass it in incidents/<id>/repro.py and end the file with
     `main = lambda: cli_main(MyCheck)` (see docs/REPRO.md).

@@ -46,6 +46,12 @@ def tiny_seq_cls(arch: str = "qwen2", seed: int = 0, dtype: torch.dtype = torch.
     return transformers.AutoModelForSequenceClassification.from_config(cfg, dtype=dtype).to(device)
 
 
+def token_batch(vocab: int, shape: tuple[int, ...], seed: int, low: int = 2, device: str = "cpu") -> torch.Tensor:
+    """Random token ids in [low, vocab) from a private generator seeded with `seed` (the global RNG is untouched).
+    `low` defaults to 2 so that batches avoid `tiny_config`'s pad (0) and bos/eos (1) ids; use 0 for labels."""
+    return torch.randint(low, vocab, shape, generator=torch.Generator().manual_seed(seed)).to(device)
+
+
 class TinyLM(torch.nn.Module):
     """Embedding -> MLP -> vocabulary logits: enough to produce real per-token log-probs and gradients fast,
     for mechanisms that live in the loss rather than in the transformer."""
