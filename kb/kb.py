@@ -248,14 +248,20 @@ class KnowledgeBase:
         q_tokens = tokenize(text)
         bm = b.bm25.scores(q_tokens)
         qv = self.embedder.encode([text[:4000]], query=True)[0]
-        sims, ids = b.vectors.search(qv, min(len(b.rows), max(200, k * 20)))
+        sims, ids = b.vectors.search(qv, min(len(b.rows), max(200, k * 20) * (10 if filters else 1)))
         dense_by_inc: dict[str, float] = {}
         for s, i in zip(sims, ids):
             if i >= 0:
                 rid = b.rows[int(i)].incident_id
                 dense_by_inc[rid] = max(dense_by_inc.get(rid, -1.0), float(s))
         bm_by_inc: dict[str, float] = {}
-        for i in np.nonzero(bm > 0)[0]:
+        # Only the best-scoring BM25 rows become candidates: common terms ("loss", "nan") match nearly every
+        # row, and walking all of them in Python cost seconds per query at 100k records.
+        n_cand = max(200, k * 20) * (10 if filters else 1)
+        hits_idx = np.nonzero(bm > 0)[0]
+        if len(hits_idx) > n_cand:
+            hits_idx = hits_idx[np.argpartition(-bm[hits_idx], n_cand)[:n_cand]]
+        for i in hits_idx:
             rid = b.rows[int(i)].incident_id
             bm_by_inc[rid] = max(bm_by_inc.get(rid, 0.0), float(bm[i]))
         cands = [rid for rid in set(dense_by_inc) | set(bm_by_inc) if rid in recs and _matches(recs[rid], filters)]
