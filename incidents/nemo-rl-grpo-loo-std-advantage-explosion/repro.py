@@ -17,12 +17,20 @@ ADVANTAGE_METRICS = ("advantages", "advantages/max", "advantages/min")
 
 
 def loo_stats(rewards: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Leave-one-out mean and unbiased std per sample, via E[x^2] - E[x]^2 on fp32 matmuls (as the estimator did)."""
+    """Leave-one-out mean and unbiased std per sample, via fp32 E[x^2] - E[x]^2 as the estimator did.
+
+    The peer sums are accumulated one peer at a time (elementwise ops, fixed order) rather than by a matmul: a BLAS
+    kernel may reorder or fuse the sum and round the residue to exactly 0 on one machine and not on another."""
     k = rewards.numel()
-    mask = 1.0 - torch.eye(k, dtype=torch.float32, device=rewards.device)  # row i selects the k-1 peers of i
+    peer = 1.0 - torch.eye(k, dtype=torch.float32, device=rewards.device)  # column j: which rows have j as a peer
+    total = torch.zeros(k, dtype=torch.float32, device=rewards.device)
+    total_sq = torch.zeros_like(total)
+    for j in range(k):
+        total = total + peer[:, j] * rewards[j]
+        total_sq = total_sq + peer[:, j] * (rewards[j] * rewards[j])
     n = k - 1
-    mean = (mask @ rewards) / n
-    var = ((mask @ (rewards * rewards)) / n - mean * mean).clamp(min=0) * n / (n - 1)
+    mean = total / n
+    var = (total_sq / n - mean * mean).clamp(min=0) * n / (n - 1)
     return mean, var.sqrt()
 
 
