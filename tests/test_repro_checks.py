@@ -95,12 +95,61 @@ def test_fp16_reward_head_with_plain_adamw_goes_nan_from_step_two():
     assert ok is False and "hides" in why
 
 
-def test_reward_head_through_peft_lora_seq_cls():
-    pytest.importorskip("peft", reason="peft not installed: the framework level is optional")
-    c = check("trl-reward-lora-fp16-head-nan")
-    ev = c.run_framework(dict(c.defaults), "cpu")
-    assert ev["score_dtype"] == "float16" and ev["lora_dtype"] == "float32"  # PEFT upcasts LoRA, not the head
-    assert nan(ev["grad_norm_step2"]) and ev["affected"] == 1
+def _framework(incident_id: str, *modules: str) -> dict:
+    """Run a check's framework level (the real trainer code on a tiny model) in-process on CPU."""
+    for m in modules:
+        pytest.importorskip(m, reason=f"{m} not installed: the framework level is optional (extra 'frameworks')")
+    c = check(incident_id)
+    return c.run_framework(dict(c.defaults), "cpu")
+
+
+def test_reward_trainer_with_lora_seq_cls_in_fp16_logs_zero_loss_and_nan_grad_norm():
+    ev = _framework("trl-reward-lora-fp16-head-nan", "trl", "peft")
+    # PEFT upcasts the LoRA matrices to fp32 but trains the freshly initialised score head as it was loaded.
+    assert ev["faulty_score_dtype"] == "float16" and ev["faulty_lora_dtype"] == "float32"
+    assert finite(ev["faulty_loss_step1"]) and nan(ev["faulty_grad_norm_step2"])
+    assert ev["faulty_loss_step2"] == 0.0  # the Trainer's NaN filter logs a window of NaN steps as 0.0, as reported
+    assert ev["fixed_score_dtype"] == "float32" and finite(ev["fixed_grad_norm_step3"]) and ev["fixed_loss_step3"] > 0
+    assert ev["affected"] == 1 and ev["fix_works"] == 1
+
+
+def test_simpo_through_trl_cpo_trainer_is_nan_with_a_prompt_that_fills_max_length():
+    ev = _framework("trl-simpo-empty-response-nan", "trl", "datasets")
+    assert ev["faulty_min_response_tokens"] == 0 and nan(ev["faulty_loss"]) and nan(ev["faulty_grad_norm"])
+    assert ev["fixed_min_response_tokens"] > 0 and finite(ev["fixed_loss"]) and finite(ev["fixed_grad_norm"])
+    assert ev["affected"] == 1 and ev["fix_works"] == 1
+
+
+def test_ipo_through_trl_dpo_trainer_reports_whether_this_version_is_affected():
+    ev = _framework("trl-ipo-empty-completion-nan", "trl", "datasets")
+    assert ev["rows_given"] == 2 and ev["affected"] in (0, 1)
+    if ev["affected"]:  # an old release: the long-prompt sample reaches the loss as 0/0
+        assert nan(ev["loss"])
+    else:  # a release that drops the sample (and floors the length): the loss is finite
+        assert finite(ev["loss"]) and finite(ev["grad_norm"])
+
+
+def test_orpo_odds_ratio_through_trl_code_with_bf16_logits():
+    ev = _framework("trl-orpo-log1p-backward-nan", "trl")
+    assert ev["chosen_logp"] == 0.0  # TRL's get_batch_logps in bf16 rounds a confident answer's log-prob to 0
+    if ev["affected"]:  # log1mexp(0) = -inf even after PR #4763: the log-odds and the gradient are NaN
+        assert nan(ev["grad_norm"])
+    else:
+        assert finite(ev["loss"]) and finite(ev["grad_norm"])
+
+
+def test_framework_level_verdict_says_whether_the_installed_version_is_affected():
+    pytest.importorskip("trl", reason="trl not installed: the framework level is optional (extra 'frameworks')")
+    v = evaluate(check("trl-simpo-empty-response-nan"), "cpu", None, framework=True)
+    assert v.confirmed and v.framework_versions["trl"] != "absent"
+    assert any(n.startswith("framework level (trl ") and "still AFFECTED" in n for n in v.notes), v.notes
+
+
+def test_framework_level_absent_is_a_skip_note_not_an_error(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "trl", None)  # `import trl` now fails as if it were absent
+    v = evaluate(check("trl-ipo-empty-completion-nan"), "cpu", None, framework=True)
+    assert v.error is None and v.confirmed
+    assert any("framework level skipped: trl is not installed" in n for n in v.notes), v.notes
 
 
 def test_verdict_json_round_trip_keeps_nan():

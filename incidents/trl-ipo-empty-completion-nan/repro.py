@@ -4,12 +4,22 @@ for the completion) keeps the IPO loss finite; the sigmoid loss on the same batc
 
 from __future__ import annotations
 
+import tempfile
 from typing import Any, ClassVar
 
 import torch
 
-from kb.repro.harness import ReproCheck, cli_main, grad_norm, num
-from kb.repro.tiny import TinyLM, scaled, token_logps
+from kb.repro.harness import ReproCheck, cli_main, grad_norm, import_framework, is_bad, num
+from kb.repro.tiny import (
+    TinyLM,
+    quiet,
+    scaled,
+    tiny_causal_lm,
+    tiny_tokenizer,
+    tiny_words,
+    token_logps,
+    trainer_args,
+)
 
 LENGTH_AVERAGED = {"ipo", "simpo", "sigmoid_norm"}
 
@@ -77,6 +87,34 @@ class IPOEmptyCompletion(ReproCheck):
         loss.backward()
         return {"max_length": ml, "max_prompt_length": mpl, "min_completion_tokens": min(kept),
                 "logps_chosen": num(pc.detach().mean()), "loss": num(loss), "grad_norm": grad_norm(policy.parameters())}
+
+
+    def run_framework(self, settings: dict[str, Any], device: str) -> dict[str, Any]:
+        """The same kind of batch through TRL's own DPOTrainer with loss_type ipo on a tiny Llama: does this version
+        still turn a prompt that fills max_length into a NaN loss? (Newer releases drop such samples and floor the
+        length at 1.)"""
+        trl = import_framework("trl")
+        from datasets import Dataset
+
+        ml = scaled(int(settings["max_length"]), 48, int(settings["max_length"]))
+        mpl = scaled(int(settings.get("max_prompt_length") or settings["max_length"]), 48, int(settings["max_length"]))
+        rows = [{"prompt": tiny_words(ml // 4, 1), "chosen": tiny_words(6, 2), "rejected": tiny_words(6, 3)},
+                {"prompt": tiny_words(ml + 8, 4), "chosen": tiny_words(6, 5), "rejected": tiny_words(6, 6)}]
+        with tempfile.TemporaryDirectory() as tmp:
+            args = trainer_args(trl.DPOConfig, tmp, device, loss_type="ipo", beta=float(settings.get("beta") or 0.1),
+                                max_length=ml, max_prompt_length=mpl, per_device_train_batch_size=2)
+            torch.manual_seed(0)
+            trainer = quiet(trl.DPOTrainer(model=tiny_causal_lm("llama", seed=0, device=device),
+                                           ref_model=tiny_causal_lm("llama", seed=1, device=device), args=args,
+                                           train_dataset=Dataset.from_list(rows), processing_class=tiny_tokenizer()))
+            batch = next(iter(trainer.get_train_dataloader()))
+            loss = trainer.compute_loss(trainer.model, batch)
+            loss.backward()
+            out = {"trl": trl.__version__, "max_length": ml, "rows_given": len(rows),
+                   "rows_trained": len(trainer.train_dataset), "loss": num(loss),
+                   "grad_norm": grad_norm(trainer.model.parameters())}
+        out["affected"] = int(is_bad(out["loss"]) or is_bad(out["grad_norm"]))
+        return out
 
 
 def main() -> int:

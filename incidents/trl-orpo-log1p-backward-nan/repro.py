@@ -4,12 +4,13 @@ with a stable log1mexp stay finite."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
-from kb.repro.harness import ReproCheck, Skip, cli_main, num
+from kb.repro.harness import ReproCheck, cli_main, import_framework, is_bad, num
 from kb.repro.tiny import torch_dtype
 
 VOCAB, SEQ, MARGIN = 32, 4, 12.0  # a confident policy: the labelled token's logit is 12 above the rest
@@ -72,12 +73,29 @@ class ORPOBf16LogOdds(ReproCheck):
                 "loss": num(loss), "grad_norm": num(logits.grad.float().norm())}
 
     def run_framework(self, settings: dict[str, Any], device: str) -> dict[str, Any]:
+        """The same confident logits through TRL's own ORPO code: `ORPOTrainer.get_batch_logps` (log-probs in the
+        logits' dtype) and `ORPOTrainer.odds_ratio_loss` (the odds-ratio term), then backward. Building a whole
+        ORPOTrainer adds nothing here: the NaN lives in these two functions."""
+        trl = import_framework("trl")
         try:
-            import trl  # noqa: F401
+            from trl.experimental.orpo import ORPOTrainer  # trl >= 0.25 moved ORPO to experimental
         except ImportError:
-            raise Skip("trl is not installed") from None
-        raise Skip("trl level not written: importing trl.experimental.orpo alone takes longer than this check's "
-                   "budget; the loss above follows odds_ratio_loss before and after PR #4763")
+            from trl import ORPOTrainer
+        dtype = torch_dtype(settings.get("precision"))
+        torch.manual_seed(0)
+        logits, labels = confident_logits(device, dtype)
+        # get_batch_logps drops the first label (next-token shift): prepend one so every labelled token is scored.
+        shifted = torch.cat([torch.full_like(labels[:, :1], -100), labels], dim=1)
+        padded = torch.cat([logits, logits[:, -1:]], dim=1)
+        lp = ORPOTrainer.get_batch_logps(padded, shifted)
+        owner = SimpleNamespace(beta=0.1, accelerator=SimpleNamespace(device=torch.device(device)))
+        losses, _, _, _, log_odds = ORPOTrainer.odds_ratio_loss(owner, lp[:1], lp[1:])
+        loss = -losses.mean()
+        loss.backward()
+        out = {"trl": trl.__version__, "chosen_logp": num(lp[0]), "rejected_logp": num(lp[1]),
+               "log_odds": num(log_odds), "loss": num(loss), "grad_norm": num(logits.grad.float().norm())}
+        out["affected"] = int(any(is_bad(out[k]) for k in ("log_odds", "loss", "grad_norm")))
+        return out
 
 
 def main() -> int:

@@ -4,13 +4,15 @@ into the head and from step 2 the loss and grad_norm are NaN. fp32 trainable wei
 
 from __future__ import annotations
 
+import math
+import tempfile
 from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
-from kb.repro.harness import ReproCheck, Skip, cli_main, grad_norm, num
-from kb.repro.tiny import tiny_seq_cls, torch_dtype
+from kb.repro.harness import ReproCheck, cli_main, grad_norm, import_framework, is_bad, num
+from kb.repro.tiny import quiet, tiny_seq_cls, tiny_tokenizer, tiny_words, torch_dtype, trainer_args
 
 
 def _pairs(device: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,23 +76,40 @@ class RewardHeadFp16AdamW(ReproCheck):
         return {"head_dtype": str(model.score.weight.dtype).replace("torch.", ""), **out}
 
     def run_framework(self, settings: dict[str, Any], device: str) -> dict[str, Any]:
-        """PEFT's LoRA SEQ_CLS on a model loaded in fp16: which dtypes does it train, and does it go NaN?"""
-        try:
-            import peft
-        except ImportError:
-            raise Skip("peft is not installed") from None
-        model = tiny_seq_cls("qwen2", seed=0, dtype=torch_dtype(settings.get("weights_dtype")), device=device)
-        cfg = peft.LoraConfig(task_type=str(settings.get("lora_task_type") or "SEQ_CLS"), r=4, lora_alpha=8,
-                              target_modules=["q_proj", "v_proj"])
-        model = peft.get_peft_model(model, cfg)
-        params = [p for p in model.parameters() if p.requires_grad]
-        dtypes = {n.split(".")[-2] if "lora" in n else "score": str(p.dtype).replace("torch.", "")
-                  for n, p in model.named_parameters() if p.requires_grad}
-        out = _train(model, params, str(settings.get("optim") or "adamw_torch"), device, amp=False)
-        score_fp16 = any(k == "score" and v == "float16" for k, v in dtypes.items())
-        return {"peft": peft.__version__, "score_dtype": dtypes.get("score", "?"),
-                "lora_dtype": next((v for k, v in dtypes.items() if k != "score"), "?"),
-                "affected": int(score_fp16 and out["grad_norm"] != out["grad_norm"]), **out}
+        """TRL's RewardTrainer with a PEFT LoRA SEQ_CLS config on a tiny Qwen2 classifier, three logged steps: loaded
+        in fp16 with the reported optimizer (faulty), and loaded in fp32 (fixed); plus which dtypes PEFT trains."""
+        trl = import_framework("trl")
+        peft = import_framework("peft")
+        from datasets import Dataset
+
+        optim = str(settings.get("optim") or "adamw_torch")  # the reporter's era: transformers' default was non-fused
+        rows = [{"chosen": tiny_words(10, 2 * i), "rejected": tiny_words(9, 2 * i + 1)} for i in range(6)]
+        out: dict[str, Any] = {"trl": trl.__version__, "peft": peft.__version__, "optim": optim}
+        with tempfile.TemporaryDirectory() as tmp:
+            for run, dtype in (("faulty", torch_dtype(settings.get("weights_dtype"))), ("fixed", torch.float32)):
+                args = trainer_args(trl.RewardConfig, tmp, device, max_steps=3, learning_rate=1e-5, optim=optim,
+                                    per_device_train_batch_size=2, max_length=64)
+                lora = peft.LoraConfig(task_type=str(settings.get("lora_task_type") or "SEQ_CLS").upper(), r=4,
+                                       lora_alpha=8, target_modules=["q_proj", "v_proj"])
+                trainer = quiet(trl.RewardTrainer(model=tiny_seq_cls("qwen2", seed=0, dtype=dtype, device=device),
+                                                  args=args, train_dataset=Dataset.from_list(rows),
+                                                  processing_class=tiny_tokenizer(), peft_config=lora))
+                trained = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
+                for part in ("score", "lora_"):
+                    out[f"{run}_{part.strip('_')}_dtype"] = next(
+                        (str(p.dtype).replace("torch.", "") for n, p in trained.items() if part in n), "?")
+                trainer.train()
+                logs = [h for h in trainer.state.log_history if "loss" in h]
+                for i, h in enumerate(logs, start=1):
+                    out[f"{run}_loss_step{i}"] = float(h["loss"])
+                    out[f"{run}_grad_norm_step{i}"] = float(h.get("grad_norm", math.nan))
+                out[f"{run}_score_finite"] = int(all(bool(p.isfinite().all()) for n, p in trained.items()
+                                                     if "score" in n))
+        bad = [k for k in out if k.startswith("faulty_grad_norm") and is_bad(out[k])]
+        out["affected"] = int(bool(bad) or not out["faulty_score_finite"])
+        out["fix_works"] = int(out["fixed_score_finite"] == 1 and not any(
+            is_bad(out[k]) for k in out if k.startswith("fixed_grad_norm")))
+        return out
 
 
 def main() -> int:

@@ -3,13 +3,24 @@ length-averaged log-prob is then 0/0 = NaN. Leaving room for the response keeps 
 
 from __future__ import annotations
 
+import math
+import tempfile
 from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 
-from kb.repro.harness import ReproCheck, Skip, cli_main, grad_norm, num
-from kb.repro.tiny import TinyLM, scaled, token_logps
+from kb.repro.harness import ReproCheck, cli_main, grad_norm, import_framework, is_bad, num
+from kb.repro.tiny import (
+    TinyLM,
+    quiet,
+    scaled,
+    tiny_causal_lm,
+    tiny_tokenizer,
+    tiny_words,
+    token_logps,
+    trainer_args,
+)
 
 LENGTH_NORMALISED = {"simpo", "ipo"}  # loss types that divide summed log-probs by the response length
 
@@ -81,12 +92,47 @@ class SimPOEmptyResponse(ReproCheck):
                 "loss": num(loss), "grad_norm": grad_norm(model.parameters())}
 
     def run_framework(self, settings: dict[str, Any], device: str) -> dict[str, Any]:
+        """The same batch through TRL's own CPOTrainer (loss_type simpo): its tokenize_row truncation, collator,
+        concatenated_forward and cpo_loss on a tiny Llama, faulty and fixed."""
+        trl = import_framework("trl")
         try:
-            import trl
+            from trl.experimental.cpo import CPOConfig, CPOTrainer  # trl >= 0.25 moved CPO to experimental
         except ImportError:
-            raise Skip("trl is not installed") from None
-        raise Skip(f"trl {trl.__version__} is installed but its CPOTrainer run needs a tokenizer and a dataset; "
-                   "not automated here (trl 0.16.1 reproduces; 1.16.0 still NaN with a prompt longer than max_length)")
+            from trl import CPOConfig, CPOTrainer
+        from datasets import Dataset
+
+        ml, mpl = int(settings["max_length"]), int(settings["max_prompt_length"])
+        ml, mpl = scaled(ml, 48, ml), scaled(mpl, 48, ml)
+        has_mpl = "max_prompt_length" in CPOConfig.__dataclass_fields__
+        rows = [{"prompt": tiny_words(ml // 4, 1), "chosen": tiny_words(6, 2), "rejected": tiny_words(6, 3)},
+                {"prompt": tiny_words(ml + 8, 4), "chosen": tiny_words(6, 5), "rejected": tiny_words(6, 6)}]
+        out: dict[str, Any] = {"trl": trl.__version__, "max_length": ml,
+                               "max_prompt_length": mpl if has_mpl else "absent (prompts are not truncated)"}
+        with tempfile.TemporaryDirectory() as tmp:
+            for run in ("faulty", "fixed"):
+                kept, cfg_mpl = rows, mpl
+                if run == "fixed":  # the fix: leave room for the response (or drop prompts that fill max_length)
+                    if has_mpl and mpl >= ml:
+                        cfg_mpl = ml // 2
+                    elif not has_mpl:
+                        kept = [r for r in rows if len(r["prompt"].split()) < ml - 1]
+                args = trainer_args(CPOConfig, tmp, device, loss_type="simpo", cpo_alpha=0.0, beta=2.0,
+                                    simpo_gamma=0.5, max_length=ml, max_prompt_length=cfg_mpl,
+                                    per_device_train_batch_size=len(kept))
+                torch.manual_seed(0)
+                trainer = quiet(CPOTrainer(model=tiny_causal_lm("llama", seed=0, device=device), args=args,
+                                           train_dataset=Dataset.from_list(kept), processing_class=tiny_tokenizer()))
+                batch = next(iter(trainer.get_train_dataloader()))
+                loss, metrics = trainer.get_batch_loss_metrics(trainer.model, batch, train_eval="train")
+                loss.backward()
+                responses = [(batch[k] != -100).sum(-1).min() for k in ("chosen_labels", "rejected_labels")]
+                out[f"{run}_min_response_tokens"] = int(min(responses))
+                out[f"{run}_loss"] = num(loss)
+                out[f"{run}_grad_norm"] = grad_norm(trainer.model.parameters())
+                out[f"{run}_logps_chosen"] = float(metrics.get("logps/chosen", math.nan))
+        out["affected"] = int(is_bad(out["faulty_loss"]))
+        out["fix_works"] = int(not is_bad(out["fixed_loss"]))
+        return out
 
 
 def main() -> int:

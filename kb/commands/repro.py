@@ -49,6 +49,17 @@ def _fmt(x: Any) -> str:
     return f"{x:.4g}" if isinstance(x, float) else str(x)
 
 
+def _framework_cell(v) -> str:
+    """What the framework level said: 'affected' / 'not affected' with the versions, 'ran', or '-' (skipped)."""
+    fw = v.evidence.get("framework")
+    if not fw:
+        return "-"
+    names = " ".join(f"{k} {fw[k]}" for k in ("trl", "peft", "deepspeed", "transformers") if k in fw)
+    if "affected" not in fw:
+        return f"ran {names}".strip()
+    return f"{names}: {'affected' if fw['affected'] else 'not affected'}".strip(": ")
+
+
 def _table(verdicts) -> str:
     from kb.commands._common import table
 
@@ -59,9 +70,9 @@ def _table(verdicts) -> str:
         trig = {True: "yes", False: "no", None: "?"}[v.user_settings_trigger]
         rows.append([v.incident_id, state, str(v.reproduced), str(v.fixed), trig, v.device,
                      _evidence_line(v.evidence.get("faulty", {})), _evidence_line(v.evidence.get("fixed", {})),
-                     f"{v.seconds:.1f}", v.error or (v.notes[-1] if v.cpu_only_skip else "")])
-    return table(["incident", "verdict", "reproduced", "fixed", "trigger", "device", "faulty", "fixed run", "s",
-                  "error / note"], rows, max_col=48)
+                     _framework_cell(v), f"{v.seconds:.1f}", v.error or (v.notes[-1] if v.cpu_only_skip else "")])
+    return table(["incident", "verdict", "reproduced", "fixed", "trigger", "device", "faulty", "fixed run",
+                  "framework level", "s", "error / note"], rows, max_col=48)
 
 
 def run(args) -> int:

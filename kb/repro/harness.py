@@ -106,6 +106,30 @@ class Skip(Exception):
     """Raised by a check (usually its framework level) when it cannot run here; the message goes into notes."""
 
 
+def import_framework(name: str):
+    """Import a framework for a framework-level check, or raise Skip saying it is absent. Quiets the noise such
+    frameworks print on import (TRL's experimental-API warning, transformers' advisory warnings), which would
+    otherwise interleave with the verdict on stderr."""
+    import importlib
+    import os
+    import warnings
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a framework-level check never reaches a hub
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    for noisy in (name, "transformers", "accelerate", "datasets"):
+        warnings.filterwarnings("ignore", module=rf"{noisy}(\..*)?")
+    try:
+        module = importlib.import_module(name)
+    except ImportError as e:
+        raise Skip(f"{name} is not installed ({e.name or e}); `pip install -e '.[frameworks]'` adds it") from None
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    return module
+
+
 def is_bad(x: Any) -> bool:
     """True for NaN / inf (floats or tensors with any non-finite element)."""
     if hasattr(x, "isfinite"):
@@ -262,7 +286,12 @@ def evaluate(check: ReproCheck, device: str = "auto", user_settings: dict[str, A
             notes.append("GPU-only effect: this CPU run shows the arithmetic, not the GPU kernel's behaviour")
         if framework:
             try:
-                v.evidence["framework"] = _clean(check.run_framework(settings, dev))
+                v.evidence["framework"] = fw = _clean(check.run_framework(settings, dev))
+                if "affected" in fw:  # checks that run the real trainer say whether this version still fails
+                    names = ", ".join(f"{n} {v.framework_versions.get(n, '?')}" for n in check.frameworks)
+                    notes.append(f"framework level ({names}): {'still AFFECTED' if fw['affected'] else 'not affected'}"
+                                 + ("" if "fix_works" not in fw else
+                                    f"; the fix {'works' if fw['fix_works'] else 'does NOT work'} there"))
             except Skip as e:
                 notes.append(f"framework level skipped: {e}")
             except Exception as e:  # noqa: BLE001 - a framework API change must not hide the mechanism's verdict
@@ -351,6 +380,9 @@ def cli_main(check_cls: type[ReproCheck], argv: list[str] | None = None) -> int:
         v = Verdict(incident_id=check.incident_id, error=f"bad input: {e}")
     else:
         v = evaluate(check, a.device, user or None, framework=not a.no_framework)
-    print(v.to_json() if a.json else summary(v))
-    sys.stdout.flush()
+    try:
+        print(v.to_json() if a.json else summary(v))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `... | head`: the reader left; the exit code still carries the verdict
+        sys.stderr.close()
     return v.exit_code

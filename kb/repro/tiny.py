@@ -80,3 +80,57 @@ def scaled(length: int, limit: int, longest: int) -> int:
     if longest <= limit:
         return int(length)
     return max(1, round(length * limit / longest))
+
+
+# -- helpers for framework-level checks (real trainer code on a tiny model) ----------------------------------------
+
+TINY_PAD, TINY_EOS, TINY_UNK = "[PAD]", "</s>", "[UNK]"
+
+
+def tiny_tokenizer(vocab: int = 128):
+    """A word-level fast tokenizer built in memory whose ids match `tiny_config`: pad 0, bos/eos 1, unk 2, and one
+    token per word `w0`, `w1`, ... up to `vocab`. Text for it is made with `tiny_words`. No files, no downloads."""
+    import tokenizers
+    import transformers
+
+    words = [TINY_PAD, TINY_EOS, TINY_UNK] + [f"w{i}" for i in range(vocab - 3)]
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token=TINY_UNK))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token=TINY_UNK, pad_token=TINY_PAD,
+                                                eos_token=TINY_EOS, bos_token=TINY_EOS)
+
+
+def tiny_words(n: int, seed: int, vocab: int = 128) -> str:
+    """`n` random words of `tiny_tokenizer` (exactly n tokens once tokenised), reproducible from `seed`."""
+    ids = torch.randint(0, vocab - 3, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+    return " ".join(f"w{i}" for i in ids)
+
+
+def supported_kwargs(cls: type, **kwargs: Any) -> dict[str, Any]:
+    """The subset of `kwargs` that a (dataclass) config class of the installed framework version accepts:
+    framework-level checks run across releases whose config fields come and go (e.g. TRL's max_prompt_length)."""
+    fields = getattr(cls, "__dataclass_fields__", None)
+    if fields is None:
+        import inspect
+
+        fields = inspect.signature(cls).parameters
+    return {k: v for k, v in kwargs.items() if k in fields}
+
+
+def trainer_args(cls: type, out_dir: str, device: str, **kwargs: Any):
+    """A TrainingArguments subclass (TRL's configs) for a few quiet steps on `device`: no reporting, no saving, no
+    dataloader workers; keys this version does not know are dropped (see `supported_kwargs`)."""
+    base = {"output_dir": out_dir, "report_to": [], "save_strategy": "no", "logging_steps": 1,
+            "per_device_train_batch_size": 2, "dataloader_num_workers": 0, "disable_tqdm": True,
+            "use_cpu": not device.startswith("cuda"), "seed": 0, "remove_unused_columns": False}
+    return cls(**supported_kwargs(cls, **{**base, **kwargs}))
+
+
+def quiet(trainer):
+    """Drop a Trainer's console callbacks (its log printer and progress bar) so a check's stdout stays one verdict;
+    the numbers are read from `trainer.state.log_history` instead."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    return trainer
