@@ -138,6 +138,15 @@ def test_orpo_odds_ratio_through_trl_code_with_bf16_logits():
         assert finite(ev["loss"]) and finite(ev["grad_norm"])
 
 
+def test_kto_trainer_on_one_sided_micro_batches_reports_this_versions_behaviour():
+    ev = _framework("trl-kto-unbalanced-batch-nan", "trl", "datasets")
+    assert ev["logged_steps"] == 2 and finite(ev["last_loss"])
+    if ev["affected"]:
+        assert ev["nan_logged_values"] > 0
+    else:  # a guarded release: the empty side is simply not logged
+        assert "last_rewards/chosen" not in ev and finite(ev["last_rewards/rejected"])
+
+
 def test_framework_level_verdict_says_whether_the_installed_version_is_affected():
     pytest.importorskip("trl", reason="trl not installed: the framework level is optional (extra 'frameworks')")
     v = evaluate(check("trl-simpo-empty-response-nan"), "cpu", None, framework=True)

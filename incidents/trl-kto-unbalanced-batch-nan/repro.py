@@ -4,12 +4,14 @@ other side stays finite. Skipping empty-side statistics (TRL PR #1476 and the Ap
 
 from __future__ import annotations
 
+import math
+import tempfile
 from typing import Any, ClassVar
 
 import torch
 
-from kb.repro.harness import ReproCheck, cli_main, grad_norm, num
-from kb.repro.tiny import TinyLM, token_logps
+from kb.repro.harness import ReproCheck, cli_main, grad_norm, import_framework, num
+from kb.repro.tiny import TinyLM, quiet, tiny_causal_lm, tiny_tokenizer, tiny_words, token_logps, trainer_args
 
 
 def side_mean(x: torch.Tensor, guarded: bool) -> torch.Tensor:
@@ -66,6 +68,35 @@ class KTOEmptySide(ReproCheck):
                 "rewards_rejected": num(side_mean(rejected_r.detach(), fixed)),
                 "logps_chosen": num(side_mean(pol.detach()[desirable], fixed)), "loss": num(loss),
                 "grad_norm": grad_norm(policy.parameters())}
+
+
+    def run_framework(self, settings: dict[str, Any], device: str) -> dict[str, Any]:
+        """TRL's own KTOTrainer for two steps on micro-batches that hold only undesirable examples (the imbalanced
+        case): are the logged loss and per-side statistics still NaN in this version?"""
+        trl = import_framework("trl")
+        from datasets import Dataset
+
+        n = max(2, int(settings.get("micro_batch_size") or 2))  # KTO's KL term needs a batch of at least 2
+        rows = [{"prompt": tiny_words(6, 10 + i), "completion": tiny_words(5, 50 + i), "label": False}
+                for i in range(2 * n)]
+        with tempfile.TemporaryDirectory() as tmp:
+            args = trainer_args(trl.KTOConfig, tmp, device, max_steps=2, per_device_train_batch_size=n,
+                                beta=float(settings.get("beta") or 0.1), max_length=32, learning_rate=1e-5)
+            torch.manual_seed(0)
+            trainer = quiet(trl.KTOTrainer(model=tiny_causal_lm("llama", seed=0, device=device),
+                                           ref_model=tiny_causal_lm("llama", seed=0, device=device), args=args,
+                                           train_dataset=Dataset.from_list(rows), processing_class=tiny_tokenizer()))
+            trainer.train()
+        logs = [h for h in trainer.state.log_history if "loss" in h]
+        keys = sorted({k for h in logs for k in h if k.startswith(("rewards/", "logps/")) or k in ("loss", "grad_norm")})
+        out: dict[str, Any] = {"trl": trl.__version__, "micro_batch_size": n, "desirable_in_batches": 0,
+                               "logged_steps": len(logs)}
+        for k in keys:
+            out[f"last_{k}"] = float(logs[-1].get(k, math.nan)) if logs else math.nan
+        bad = [k for h in logs for k, x in h.items() if k in keys and isinstance(x, float) and not math.isfinite(x)]
+        out["nan_logged_values"] = len(bad)
+        out["affected"] = int(bool(bad))
+        return out
 
 
 def main() -> int:
