@@ -29,7 +29,8 @@ def check(incident_id: str) -> ReproCheck:
 
 @cache
 def verdict(incident_id: str, device: str = "cpu", **user: Any) -> Verdict:
-    """The check run in-process (framework level off: CI installs no frameworks); `user` are user settings."""
+    """The check run in-process at the mechanism level only (the framework levels have their own tests); `user` are
+    user settings."""
     return evaluate(check(incident_id), device, user or None, framework=False)
 
 
