@@ -14,14 +14,13 @@ from kb.repro.user import facts_from_pairs, facts_from_text
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory) -> Path:
-    """A word-level tokenizer built and saved locally: one token per `wN` word, no downloads."""
-    tokenizers = pytest.importorskip("tokenizers", reason="tokenizers not installed")
-    transformers = pytest.importorskip("transformers", reason="transformers not installed")
-    words = ["[UNK]", "[PAD]"] + [f"w{i}" for i in range(50)]
-    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    """The checks' in-memory word-level tokenizer (one token per `wN` word), saved locally: no downloads."""
+    pytest.importorskip("tokenizers", reason="tokenizers not installed")
+    pytest.importorskip("transformers", reason="transformers not installed")
+    from kb.repro.tiny import tiny_tokenizer
+
     out = tmp_path_factory.mktemp("tok")
-    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]").save_pretrained(out)
+    tiny_tokenizer().save_pretrained(out)
     return out
 
 
