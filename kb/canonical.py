@@ -399,3 +399,79 @@ def canonical_label(label: str) -> str | None:
     """Canonical key for a prose label ("最大长度", "learning rate"), or None."""
     return PROSE_LABELS.get(re.sub(r"\s+", " ", label.strip().lower()))
 # === end of prose labels ================================================================================
+
+
+# === Vocabulary read from text (logs, prose, articles): one table each, used by every extractor ==========
+# Words just before a setting that say it is the fix, not the failing run ("changed it to torch_dtype=fp32").
+FIX_CUE = re.compile(r"(?:chang(?:e|ed|ing)\b.{0,25}\bto\b|switch(?:ed|ing)? (?:it )?to|instead|replac\w*|set it to|"
+                     r"work(?:s|ed)? (?:with|when|after)|fixed (?:it )?(?:by|with)|solved by|改为|改成|换成|换为|"
+                     r"调整到|调整为|改用|设置成|试试|就好了|后正常)", re.IGNORECASE)
+
+
+def is_loss_like(name: str) -> bool:
+    """`loss`, `nll_loss`, `train/loss`; not `loss_scale`, `kl_coef` or `loss_weight`."""
+    n = name.lower()
+    return "loss" in n and "scale" not in n and "coef" not in n and "weight" not in n
+
+
+# Known error strings: (id, pattern, in_scope). Out-of-scope ids (OOM, install) tell diagnosis to abstain.
+
+ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
+    (eid, re.compile(rx, re.IGNORECASE), scope) for eid, rx, scope in (
+        ("prob_tensor_invalid", r"probability tensor contains either [`'\"]?inf[`'\"]?, [`'\"]?nan", True),
+        ("log1p_backward_nan", r"Log1PBackward\d*'? returned nan", True),
+        ("nan_in_backward", r"Function '\w+' returned nan values", True),
+        ("ds_overflow", (r"OVERFLOW!.{0,40}Skipping step|Grad(?:ient)? overflow|Attempted loss scale|"
+                        r"overflow.{0,20}skipping step|Skipping step\. Attempted"), True),
+        ("loss_scale_min", r"loss scale already at minimum|Current loss scale.{0,20}minimum", True),
+        ("untrained_tokens", r"Untrained tokens\b.{0,60}found", True),
+        ("labels_all_masked", (r"labels?\b.{0,20}\ball (?:be )?-100|all (?:the )?labels?.{0,20}-100|"
+                              r"labels?\s*全(?:部)?(?:为|是|都是)\s*-100|all\(\s*labels\s*==\s*(?:ignore_index|-100)|"
+                              r"every label.{0,30}masked|labels? (?:are|were|is) all masked|"
+                              r"no (?:supervised|valid|target) tokens|tensor\(\s*\[\s*-100(?:\s*,\s*-100)+"), True),
+        ("cudnn_sdp", r"enable_cudnn_sdp|cudnn[_ ](?:sdp|attention)|_cudnn_attention|cuDNN SDPA", True),
+        ("nonfinite_grad_norm", (r"norm of order [\d.]+ for gradients.{0,80}non-finite|grad(?:ient)?s? (?:are|is) "
+                                r"(?:nan|inf|non-finite)"), True),
+        ("nan_loss_error", (r"loss (?:is|became|=) nan|Loss is NaN|NaN or Inf found in input tensor|"
+                           r"nan loss detected|detected nan"), True),
+        ("softcap_missing", r"soft[-_ ]?capping|softcap", True),
+        # A reward function that hands back None / NaN (parse failure, API error) poisons the advantages.
+        ("nan_reward", (r"reward\w*(?: func\w*| fn| model)?\W{0,3}.{0,40}\b(?:returns?|returned|returning|gives?|gave|"
+                       r"yields?|outputs?)\s+(?:a\s+)?(?:None|nan|NaN|float\(\s*['\"]nan['\"]\s*\))|"
+                       r"rewards?_per_func\w*.{0,30}\bnan\b|nan (?:in|for) (?:the )?rewards?\b"), True),
+        # Attention rows with no key left to attend to (padding) give NaN in softmax / SDPA.
+        ("masked_row_nan", (r"(?:fully|entirely|completely)[- ]masked (?:rows?|quer(?:y|ies))|"
+                           r"rows? (?:is |are )?(?:fully|completely|entirely) masked|all[- ]masked rows?"), True),
+        ("cuda_oom", r"CUDA out of memory|OutOfMemoryError|out of memory|显存不足|OOM\b", False),
+        ("import_error", r"ModuleNotFoundError|ImportError|No module named|cannot import name", False),
+        ("pip_error", (r"Could not find a version that satisfies|ResolutionImpossible|Failed building wheel|"
+                      r"subprocess-exited-with-error|pip install.{0,40}(?:fail|error)|dependency conflicts"), False),
+        ("nccl_error", r"NCCL (?:error|WARN|timeout)|Watchdog caught collective operation timeout", False),
+        ("segfault", r"Segmentation fault|core dumped", False),
+    )
+)
+OUT_OF_SCOPE_ERRORS = frozenset(eid for eid, _, scope in ERROR_PATTERNS if not scope)
+
+# Dtype words in prose, and the canonical dtype each names.
+DTYPE_WORD = re.compile(r"(?<![A-Za-z0-9_])(fp16|float16|half[- ]precision|半精度|bf16|bfloat16|fp32|float32|"
+                         r"full[- ]precision|全精度|单精度)(?![A-Za-z0-9_])", re.IGNORECASE)
+DTYPE_OF_WORD = {"fp16": "fp16", "float16": "fp16", "half precision": "fp16", "half-precision": "fp16", "半精度": "fp16",
+             "bf16": "bf16", "bfloat16": "bf16", "fp32": "fp32", "float32": "fp32", "full precision": "fp32",
+             "full-precision": "fp32", "全精度": "fp32", "单精度": "fp32"}
+
+# Model families, most specific first: (family key, pattern).
+MODEL_FAMILIES = (
+    ("qwen2.5", r"qwen[-_ ]?2[._]5"), ("qwen3", r"qwen[-_ ]?3"), ("qwen2", r"qwen[-_ ]?2"), ("qwen", r"qwen"),
+    ("llama3", r"llama[-_ ]?3"), ("llama2", r"llama[-_ ]?2"), ("tinyllama", r"tinyllama"), ("llava", r"llava"),
+    ("llama", r"llama"), ("gemma2", r"gemma[-_ ]?2"), ("gemma3", r"gemma[-_ ]?3"), ("gemma", r"gemma"),
+    ("internlm2", r"internlm[-_ ]?2"), ("internlm", r"internlm"), ("mixtral", r"mixtral"), ("mistral", r"mistral"),
+    ("baichuan2", r"baichuan[-_ ]?2"), ("baichuan", r"baichuan"), ("deepseek", r"deepseek"), ("chatglm", r"chatglm"),
+    ("glm4", r"glm[-_ ]?4"), ("yi", r"\byi[-_ ]\d"), ("phi", r"\bphi[-_ ]?\d"), ("bloom", r"bloom"),
+    ("falcon", r"falcon"), ("gpt2", r"gpt[-_ ]?2"), ("opt", r"\bopt-\d"), ("pythia", r"pythia"),
+)
+
+# GPU names in env dumps and prose; the ones without bf16 support make fp16 the only half precision.
+GPU_NAME = re.compile(r"\b(?P<gpu>V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A6000|L40S?|L4|A40|"
+                  r"(?:RTX|GeForce(?: RTX)?)\s?[2345]0[6789]0(?:\s?Ti)?|910B|MI\d{3}X?|TITAN\s?V|GTX\s?1080)\b")
+# (A bare "3090" is not enough: step counters and sample counts look the same.)
+GPU_WITHOUT_BF16 = re.compile(r"V100|T4|P100|P40|TITAN\s?V|1080|20[6789]0", re.IGNORECASE)

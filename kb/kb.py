@@ -16,18 +16,14 @@ from pydantic import BaseModel, Field
 from kb import paths
 from kb.documents import load_incidents
 from kb.embed import get_embedder, model_name_from_env
+from kb.diagnose.models import Diagnosis
 from kb.errors import InputError, NotFound
 from kb.index import bundle as index_bundle
+from kb.index import fusion
 from kb.records import Incident
 from kb.store import RecordStore, record_sha
 from kb.tokenize import detect_lang, tokenize
 
-# Fusion: reciprocal-rank fusion of dense and BM25 rankings. BM25 carries the identifiers users paste
-# (max_prompt_length, rpo_alpha, error strings); dense carries paraphrases. Measured on English, Chinese and
-# cross-language queries (scripts/eval_embedders.py, README table), dense at half BM25's weight was best.
-RRF_K = 10.0
-W_DENSE = 0.5
-W_BM25 = 1.0
 # Abstain in `ask` when neither signal is convincing (calibrated in README, "Abstention").
 MIN_DENSE = 0.35
 MIN_BM25_TERMS = 2
@@ -236,11 +232,6 @@ class KnowledgeBase:
 
         `mode` "bm25" or "dense" ranks by one signal alone (ablations); `weights` = (dense, bm25) for RRF.
         """
-        w_dense, w_bm25 = weights or (W_DENSE, W_BM25)
-        if mode == "bm25":
-            w_dense = 0.0
-        elif mode == "dense":
-            w_bm25 = 0.0
         if not text or not text.strip():
             raise InputError("empty query")
         b = self._index()
@@ -264,26 +255,20 @@ class KnowledgeBase:
         for i in hits_idx:
             rid = b.rows[int(i)].incident_id
             bm_by_inc[rid] = max(bm_by_inc.get(rid, 0.0), float(bm[i]))
-        cands = [rid for rid in set(dense_by_inc) | set(bm_by_inc) if rid in recs and _matches(recs[rid], filters)]
-        dense_rank = {rid: r for r, rid in enumerate(sorted(cands, key=lambda x: -dense_by_inc.get(x, -1.0)), 1)}
-        bm_sorted = sorted((c for c in cands if c in bm_by_inc), key=lambda x: -bm_by_inc[x])
-        bm_rank = {rid: r for r, rid in enumerate(bm_sorted, 1)}
-        best = (w_dense + w_bm25) / (RRF_K + 1)
-        scored = []
-        for rid in cands:
-            fused = w_dense / (RRF_K + dense_rank[rid])
-            if rid in bm_rank:
-                fused += w_bm25 / (RRF_K + bm_rank[rid])
-            scored.append((fused / best, rid))
-        scored.sort(key=lambda t: (-t[0], t[1]))
+        cands = sorted(rid for rid in set(dense_by_inc) | set(bm_by_inc)
+                       if rid in recs and _matches(recs[rid], filters))
+        try:
+            scored = fusion.fuse(dense_by_inc, bm_by_inc, cands, mode=mode, weights=weights)
+        except ValueError as e:
+            raise InputError(str(e)) from None
         q_set = list(dict.fromkeys(q_tokens))
         hits = []
-        for score, rid in scored[:k]:
-            inc = recs[rid]
+        for f in scored[:k]:
+            inc = recs[f.id]
             hits.append(SearchHit(
-                id=rid, score=round(score, 4), bm25=round(bm_by_inc.get(rid, 0.0), 4),
-                dense=round(dense_by_inc.get(rid, 0.0), 4), bm25_rank=bm_rank.get(rid),
-                dense_rank=dense_rank.get(rid), matched_terms=self._matched_terms(q_set, inc, b), incident=inc,
+                id=f.id, score=round(f.score, 4), bm25=round(bm_by_inc.get(f.id, 0.0), 4),
+                dense=round(dense_by_inc.get(f.id, 0.0), 4), bm25_rank=f.bm25_rank, dense_rank=f.dense_rank,
+                matched_terms=self._matched_terms(q_set, inc, b), incident=inc,
             ))
         return hits
 
@@ -334,11 +319,19 @@ class KnowledgeBase:
 
     # ---------------------------------------------------------------- diagnosis
     def diagnose(self, log: str | None = None, config: str | None = None, question: str | None = None,
-                 text: str | None = None, k: int = 3):
-        """Diagnose a pasted log / config / command line / question (see kb.diagnose)."""
+                 text: str | None = None, k: int = 3, facts: dict[str, Any] | None = None, mode: str = "full",
+                 exclude: frozenset[str] = frozenset()) -> Diagnosis:
+        """Diagnose a pasted log / config / command line / question, plus facts handed over as data.
+
+        The one entry point of diagnosis: the CLI, `kb eval`, the API, the chat bots and the training callbacks
+        all call it. `facts` (`{key: value}` or `{key: (value, detail)}`) come from a running trainer or a run
+        folder and outrank text; `mode` "bm25" / "dense" / "hybrid" ranks by retrieval alone (baselines);
+        `exclude` drops incidents from the candidates (held-out evaluation). See docs/DIAGNOSE.md.
+        """
         from kb.diagnose.engine import diagnose
 
-        return diagnose(self, log=log, config=config, question=question, text=text, k=k)
+        return diagnose(self, log=log, config=config, question=question, text=text, k=k, mode=mode,
+                        exclude=exclude, facts=facts)
 
     # ---------------------------------------------------------------- ingest
     def ingest_text(self, text: str, name: str = "<text>", fmt: str | None = None,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kb.diagnose import extract_facts
-from kb.diagnose.triggers import check, evaluate_trigger
+from kb.facts import extract_facts
+from kb.conditions import check, evaluate_trigger
 from kb.documents import dump_incident_md
 from kb.errors import InputError
 from kb.kb import KnowledgeBase

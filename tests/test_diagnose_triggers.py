@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from kb.canonical import LOG_FACTS, spec
-from kb.diagnose import extract_facts
-from kb.diagnose.triggers import evaluate_trigger
+from kb.facts import extract_facts
+from kb.conditions import evaluate_trigger
 from kb.documents import load_incidents
 
 REPO = Path(__file__).resolve().parent.parent

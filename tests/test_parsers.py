@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kb.diagnose import extract_facts, mask_line
+from kb.facts import extract_facts, mask_line
 from kb.errors import InputError, InputTooLarge
 
 
@@ -287,7 +287,7 @@ def test_utf16_with_bom_is_text_not_binary():
 
 def test_space_separated_metric_lines():
     # "step N loss X" without ':' or '=' is a common hand-written / custom-loop log format.
-    from kb.diagnose.facts import extract_facts
+    from kb.facts import extract_facts
 
     facts = extract_facts("step 10 loss 3.2, step 20 loss nan\nstep 30 loss nan grad_norm nan").values()
     assert facts["first_bad_step"] == 20

@@ -23,10 +23,11 @@ def register(sub) -> None:
 
 
 def read_input(path: str) -> str:
-    """A file or stdin as text; the size caps and binary check happen in kb.diagnose.facts.check_text."""
-    from kb.diagnose.facts import _limits, check_text
+    """A file or stdin as text; the size caps and binary check happen at the fact layer's boundary."""
+    from kb.facts import check_text
+    from kb.settings import limits
 
-    max_bytes, _ = _limits()
+    max_bytes = limits().diagnose_max_bytes
     if path == "-":
         data = sys.stdin.buffer.read(10 * max_bytes + 1)
     else:
@@ -44,8 +45,6 @@ def read_input(path: str) -> str:
 
 
 def run(args) -> int:
-    from kb.diagnose.engine import diagnose
-
     texts = [read_input(f) for f in args.files]
     if not args.files and not (args.log or args.config or args.question) and not sys.stdin.isatty():
         texts = [read_input("-")]
@@ -54,7 +53,7 @@ def run(args) -> int:
     if not any(t.strip() for t in [*texts, log or "", config or "", args.question or ""]):
         raise InputError("empty input: give a log, config or text file, '-' with text on stdin, or --question")
     kb = open_kb(args)
-    res = diagnose(kb, log=log, config=config, question=args.question, text="\n".join(texts) if texts else None,
+    res = kb.diagnose(log=log, config=config, question=args.question, text="\n".join(texts) if texts else None,
                    k=max(1, min(args.k, 20)), mode=args.mode)
     if args.json:
         print_json(res)

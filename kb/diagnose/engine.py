@@ -5,26 +5,41 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from kb.diagnose.facts import Fact, Facts, check_text, extract_with_lines
-from kb.diagnose.logs import OUT_OF_SCOPE_ERRORS
+from kb.canonical import OUT_OF_SCOPE_ERRORS
+from kb.conditions import TriggerResult, describe, evaluate_trigger, normalised, same_value
 from kb.diagnose.models import Diagnosis, DiagnosisItem, Evidence
-from kb.diagnose.triggers import (
-    MaskedLines,
-    SignatureHit,
-    TriggerResult,
-    describe,
-    evaluate_trigger,
-    match_signatures,
-)
+from kb.diagnose.signatures import MaskedLines, SignatureHit, match_signatures
 from kb.errors import KBError
+from kb.facts import Fact, Facts, check_text, facts_from_mapping
+from kb.facts.boundary import too_deep
+from kb.facts.pipeline import DEFAULT as PIPELINE
+from kb.index import fusion
 from kb.records import Incident
+from kb.tokenize import detect_lang
 
-if TYPE_CHECKING:
-    from kb.kb import KnowledgeBase
+
+class Searcher(Protocol):
+    """What ranking needs from retrieval: the records, and hybrid search over them (KnowledgeBase has both)."""
+
+    @property
+    def records(self) -> dict[str, Incident]: ...
+
+    def search(self, text: str, k: int = 10, filters: dict[str, str] | None = None, mode: str = "hybrid",
+               weights: tuple[float, float] | None = None) -> list[Any]: ...
+
+class Diagnoser(Searcher, Protocol):
+    """A Searcher that also diagnoses (KnowledgeBase): what evaluation needs."""
+
+    def diagnose(self, log: str | None = None, config: str | None = None, question: str | None = None,
+                 text: str | None = None, k: int = 3, facts: Mapping[str, Any] | None = None, mode: str = "full",
+                 exclude: frozenset[str] = frozenset()) -> Diagnosis: ...
+
 
 MODES = ("bm25", "dense", "hybrid", "full")
 FEATURES = ("trigger", "partial", "blocked", "signature", "meta", "retrieval", "top_retrieval", "dense", "symptom")
@@ -40,7 +55,17 @@ _QUERY_CHARS = 4000
 
 
 def _weights() -> tuple[dict[str, float], float]:
-    if CALIBRATION_FILE.is_file():
+    """The calibrated weights and abstention threshold, read once per version of calibration.json."""
+    try:
+        mtime = CALIBRATION_FILE.stat().st_mtime_ns
+    except OSError:
+        mtime = 0
+    return _read_weights(mtime)
+
+
+@lru_cache(maxsize=4)
+def _read_weights(mtime: int) -> tuple[dict[str, float], float]:
+    if mtime:
         try:
             data = json.loads(CALIBRATION_FILE.read_text(encoding="utf-8"))
             return {**DEFAULT_WEIGHTS, **data.get("weights", {})}, float(data.get("abstain_below", ABSTAIN_BELOW))
@@ -73,13 +98,7 @@ def _inputs(log: str | None, config: str | None, question: str | None, text: str
 
 
 def collect_facts(inputs: list[tuple[str, str]]) -> tuple[Facts, list[tuple[str, int, str]]]:
-    facts = Facts()
-    lines: list[tuple[str, int, str]] = []
-    for name, value in inputs:
-        f, numbered = extract_with_lines(value, source=name)
-        facts.merge(f)
-        lines += [(name, n, s) for n, s in numbered]
-    return facts, lines
+    return PIPELINE.extract_inputs(inputs)
 
 
 def retrieval_query(inputs: list[tuple[str, str]], facts: Facts) -> str:
@@ -106,14 +125,12 @@ def in_scope(facts: Facts) -> bool:
 
 def _meta_matches(inc: Incident, facts: Facts) -> list[tuple[str, Fact]]:
     """Structured fields of the incident that the paste agrees with (algorithm, framework, precision, config)."""
-    from kb.diagnose.triggers import _eq, _norm
-
     out: list[tuple[str, Fact]] = []
     alg = facts.get("algorithm")
-    if alg and inc.algorithm not in ("unknown", "") and _eq(str(alg.value), inc.algorithm.split()[0]):
+    if alg and inc.algorithm not in ("unknown", "") and same_value(str(alg.value), inc.algorithm.split()[0]):
         out.append((f"algorithm {inc.algorithm}", alg))
     fw = facts.get("framework")
-    if fw and inc.framework.name not in ("unknown", "") and _eq(str(fw.value), inc.framework.name):
+    if fw and inc.framework.name not in ("unknown", "") and same_value(str(fw.value), inc.framework.name):
         out.append((f"framework {inc.framework.name}", fw))
     if inc.precision in ("fp16", "bf16", "fp32"):
         for key in ("precision", "weights_dtype"):
@@ -133,7 +150,7 @@ def _meta_matches(inc: Incident, facts: Facts) -> list[tuple[str, Fact]]:
                 else math.isclose(float(f.value), float(want))
             ok = ok or (key == "zero_stage" and f.value == want)
         else:
-            ok = _eq(f.value, _norm(key, want))
+            ok = same_value(f.value, normalised(key, want))
         if ok:
             out.append((f"{key} {want}", f))
     return out
@@ -221,26 +238,15 @@ def _decided_by(winner: Candidate, others: list[Candidate]) -> str:
 
 
 def _without(found: list[Any], exclude: frozenset[str], mode: str) -> list[Any]:
-    """Search hits with `exclude` removed and the RRF fusion redone over the rest (as if they were never indexed;
+    """Search hits with `exclude` removed and the fusion redone over the rest (as if they were never indexed;
     only BM25's corpus statistics still include them)."""
-    from kb.kb import RRF_K, W_BM25, W_DENSE
-
-    rest = [h for h in found if h.id not in exclude]
-    w_dense = 0.0 if mode == "bm25" else W_DENSE
-    w_bm25 = 0.0 if mode == "dense" else W_BM25
-    dense_rank = {h.id: r for r, h in enumerate(sorted(rest, key=lambda h: -h.dense), 1)}
-    bm_rank = {h.id: r for r, h in enumerate(sorted((h for h in rest if h.bm25 > 0), key=lambda h: -h.bm25), 1)}
-    best = (w_dense + w_bm25) / (RRF_K + 1)
-    out = []
-    for h in rest:
-        fused = w_dense / (RRF_K + dense_rank[h.id]) + (w_bm25 / (RRF_K + bm_rank[h.id]) if h.id in bm_rank else 0.0)
-        out.append(h.model_copy(update={"score": round(fused / best, 4), "dense_rank": dense_rank[h.id],
-                                        "bm25_rank": bm_rank.get(h.id)}))
-    out.sort(key=lambda h: (-h.score, h.id))
-    return out[:RETRIEVAL_K]
+    rest = {h.id: h for h in found if h.id not in exclude}
+    fused = fusion.fuse({i: h.dense for i, h in rest.items()}, {i: h.bm25 for i, h in rest.items()}, mode=mode)
+    return [rest[f.id].model_copy(update={"score": round(f.score, 4), "dense_rank": f.dense_rank,
+                                          "bm25_rank": f.bm25_rank}) for f in fused[:RETRIEVAL_K]]
 
 
-def rank(kb: KnowledgeBase, facts: Facts, lines: list[tuple[str, int, str]], query: str, mode: str = "full",
+def rank(kb: Searcher, facts: Facts, lines: list[tuple[str, int, str]], query: str, mode: str = "full",
          warnings: list[str] | None = None, exclude: frozenset[str] = frozenset()) -> list[Candidate]:
     """Every incident scored; best first. `exclude` drops incidents from the candidate set (`kb eval --holdout`)."""
     if mode not in MODES:
@@ -280,26 +286,31 @@ def rank(kb: KnowledgeBase, facts: Facts, lines: list[tuple[str, int, str]], que
     return cands
 
 
-def diagnose(kb: KnowledgeBase, log: str | None = None, config: str | None = None, question: str | None = None,
-             text: str | None = None, k: int = 3, mode: str = "full", exclude: frozenset[str] = frozenset()) -> Diagnosis:
+def diagnose(kb: Searcher, log: str | None = None, config: str | None = None, question: str | None = None,
+             text: str | None = None, k: int = 3, mode: str = "full", exclude: frozenset[str] = frozenset(),
+             facts: Mapping[str, Any] | None = None) -> Diagnosis:
     """Diagnose a paste; see docs/DIAGNOSE.md. Raises InputError / InputTooLarge for unusable input.
 
-    `exclude`: incident ids left out of the candidate set (held-out evaluation)."""
-    from kb.tokenize import detect_lang
-
+    `facts`: facts handed over as data (a running trainer, a run folder), `{key: value}` or
+    `{key: (value, detail)}`; they outrank anything read from text. `exclude`: incident ids left out of the
+    candidate set (held-out evaluation)."""
     inputs = _inputs(log, config, question, text)
-    if not inputs:
+    if not inputs and not facts:
         return Diagnosis(abstained=True, reason="empty input: paste a log, config, command line or question")
+    given = facts_from_mapping(facts) if facts else Facts()
     facts, lines = collect_facts(inputs)
+    given.merge(facts)
+    facts = given
     warnings = list(dict.fromkeys(facts.warnings))
     if config and not any(w.startswith("config:") and "JSON" in w for w in warnings):
         _check_config_syntax(config, warnings)
-    lang = detect_lang("\n".join(v for _, v in inputs)[:4000])
+    lang = detect_lang("\n".join(v for _, v in inputs)[:4000]) if inputs else "en"
     records = kb.records
     if not records:
         return Diagnosis(abstained=True, reason="the knowledge base has no incidents", facts=facts.to_dict(),
                          warnings=warnings + ["no incidents loaded (check --incidents-dir)"], lang=lang)
-    cands = rank(kb, facts, lines, retrieval_query(inputs, facts), mode=mode, warnings=warnings, exclude=exclude)
+    query = retrieval_query(inputs, facts) if inputs else " ".join(f"{k_} {v.value}" for k_, v in facts.items.items())
+    cands = rank(kb, facts, lines, query, mode=mode, warnings=warnings, exclude=exclude)
     _, threshold = _weights()
     items: list[DiagnosisItem] = []
     shown: list[Candidate] = []
@@ -338,6 +349,9 @@ def _check_config_syntax(config: str, warnings: list[str]) -> None:
     import yaml
 
     t = config.strip()
+    if too_deep(t):
+        warnings.append("config is nested too deeply to parse as a whole; read line by line")
+        return
     if t.startswith("{"):
         try:
             json.loads(t)

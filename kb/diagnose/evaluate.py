@@ -7,14 +7,21 @@ import json
 from collections import defaultdict
 from itertools import pairwise
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from kb.diagnose.engine import (
+    ABSTAIN_BELOW,
+    CALIBRATION_FILE,
+    FEATURE_SIGNS,
+    FEATURES,
+    Diagnoser,
+    collect_facts,
+    rank,
+    retrieval_query,
+)
 from kb.errors import InputError, NotFound
-
-if TYPE_CHECKING:
-    from kb.kb import KnowledgeBase
 
 
 def load_eval_set(path: str | Path) -> list[dict[str, Any]]:
@@ -73,7 +80,7 @@ def _norm_url(url: str) -> str:
     return url.strip().lower().rstrip("/").removeprefix("http://").removeprefix("https://").removeprefix("www.")
 
 
-def holdout_exclusions(kb: KnowledgeBase, row: dict[str, Any]) -> frozenset[str]:
+def holdout_exclusions(kb: Diagnoser, row: dict[str, Any]) -> frozenset[str]:
     """Incidents that cite the query's own thread (`source_url`): left out of its candidate set in held-out mode,
     unless the query is a `known-issue` (asking about a thread the KB is meant to contain)."""
     url = row.get("source_url")
@@ -97,17 +104,15 @@ def reliability(results: list[dict[str, Any]], edges: tuple[float, ...] = (0.0, 
     return out
 
 
-def evaluate(kb: KnowledgeBase, rows: list[dict[str, Any]], mode: str = "full", holdout: bool = False) -> dict[str, Any]:
+def evaluate(kb: Diagnoser, rows: list[dict[str, Any]], mode: str = "full", holdout: bool = False) -> dict[str, Any]:
     """Run every query; report overall and per-language / per-kind numbers plus each query's outcome.
 
     `holdout`: each query with a `source_url` is answered without the incidents that cite that URL (unless its
     kind is `known-issue`), so a same-cause report must be matched by other incidents of its category."""
-    from kb.diagnose.engine import diagnose
-
     results = []
     for row in rows:
         excl = holdout_exclusions(kb, row) if holdout else frozenset()
-        d = diagnose(kb, text=row["query"], k=10, mode=mode, exclude=excl)
+        d = kb.diagnose(text=row["query"], k=10, mode=mode, exclude=excl)
         cats = [x.category for x in d.diagnoses]
         exp = row["expected_category"]
         rank = cats.index(exp) + 1 if exp in cats else None
@@ -128,14 +133,12 @@ def evaluate(kb: KnowledgeBase, rows: list[dict[str, Any]], mode: str = "full", 
             "queries": results}
 
 
-def calibration_rows(kb: KnowledgeBase, rows: list[dict[str, Any]], holdout: bool = True
+def calibration_rows(kb: Diagnoser, rows: list[dict[str, Any]], holdout: bool = True
                      ) -> tuple[np.ndarray, np.ndarray]:
     """(features, label) for each (query, incident) pair: label 1 when the incident's category is expected.
 
     Rows that should abstain (expected_category null) give only negatives. With `holdout` (default) a query's own
     thread is left out as in `kb eval --holdout`, so the fitted confidence reflects reports the KB has not seen."""
-    from kb.diagnose.engine import FEATURES, collect_facts, rank, retrieval_query
-
     X, y = [], []
     for row in rows:
         inputs = [("text", row["query"])]
@@ -169,10 +172,9 @@ def fit_logistic(X: np.ndarray, y: np.ndarray, l2: float = 1.0, steps: int = 500
     return w
 
 
-def calibrate(kb: KnowledgeBase, rows: list[dict[str, Any]], out: Path | None = None, holdout: bool = True,
+def calibrate(kb: Diagnoser, rows: list[dict[str, Any]], out: Path | None = None, holdout: bool = True,
               sources: list[str] | None = None) -> dict[str, Any]:
     """Refit the logistic weights on `rows` (answerable and abstain rows) and write kb/diagnose/calibration.json."""
-    from kb.diagnose.engine import ABSTAIN_BELOW, CALIBRATION_FILE, FEATURE_SIGNS, FEATURES
 
     X, y = calibration_rows(kb, rows, holdout=holdout)
     if not len(y) or y.sum() == 0:

@@ -20,38 +20,11 @@ def _read(path: str | Path) -> str:
         raise InputError(f"cannot read {p}: {e}") from None
 
 
-def _flatten(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if isinstance(obj, dict):
-        out: list[tuple[str, Any]] = []
-        for k, v in obj.items():
-            out += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
-        return out
-    return [(prefix, obj)]
-
-
 def facts_from_text(text: str, source: str = "config") -> dict[str, Any]:
-    """Canonical key -> value from a config / command line / log. Uses the diagnoser's extractor when present,
-    else a small YAML / JSON loader mapped through kb.canonical."""
-    try:
-        from kb.diagnose.facts import extract_facts
-    except ImportError:
-        extract_facts = None
-    if extract_facts is not None:
-        return extract_facts(text, source=source).values()
-    import yaml
+    """Canonical key -> value from a config / command line / log, read by the fact layer."""
+    from kb.facts import extract_facts
 
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise InputError(f"{source}: not YAML / JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{source}: expected a mapping of settings")
-    facts: dict[str, Any] = {}
-    for key, value in _flatten(data):
-        kv = canonical(key, value)
-        if kv is not None:
-            facts.setdefault(kv[0], kv[1])
-    return facts
+    return extract_facts(text, source=source).values()
 
 
 def facts_from_config(path: str | Path) -> dict[str, Any]:

@@ -8,13 +8,10 @@ import re
 import shlex
 from typing import Any
 
-from kb.canonical import PRECISION_FLAGS, canonical, canonical_algorithm, canonical_key, spec
-from kb.diagnose.facts import Facts
+from kb.canonical import FIX_CUE, PRECISION_FLAGS, canonical, canonical_algorithm, canonical_key, spec
+from kb.facts.boundary import too_deep
+from kb.facts.model import Facts
 
-# Words just before a setting that say it is the fix, not the failing run ("changed it to torch_dtype=fp32").
-FIX_CUE = re.compile(r"(?:chang(?:e|ed|ing)\b.{0,25}\bto\b|switch(?:ed|ing)? (?:it )?to|instead|replac\w*|set it to|"
-                     r"work(?:s|ed)? (?:with|when|after)|fixed (?:it )?(?:by|with)|solved by|改为|改成|换成|换为|"
-                     r"调整到|调整为|改用|设置成|试试|就好了|后正常)", re.IGNORECASE)
 _KV_LINE = re.compile(r"^\s*(?:-\s+)?[\"']?(?P<k>[A-Za-z_][\w.\-/]*)[\"']?\s*(?P<sep>[:=])\s*(?P<v>.*?)\s*,?\s*$")
 _BLOCK_OPEN = re.compile(r"^\s*(?:-\s+)?[\"']?(?P<k>[A-Za-z_][\w.\-/]*)[\"']?\s*[:=]\s*(?:\{|dict\()?\s*(?:#.*)?$")
 _INLINE_KV = re.compile(r"(?<![\w.\-])(?P<k>[A-Za-z_][\w.]*)\s*(?<![=!<>])=(?!=)\s*"
@@ -156,6 +153,9 @@ def whole_json(text: str, lines: list[tuple[int, str]], facts: Facts, source: st
     t = text.strip()
     if not t.startswith("{"):
         return
+    if too_deep(t):
+        facts.warnings.append(f"{source}: JSON nested too deeply to read as a whole; read it line by line")
+        return
     try:
         obj = json.loads(t)
     except ValueError as e:
@@ -170,7 +170,7 @@ def whole_json(text: str, lines: list[tuple[int, str]], facts: Facts, source: st
         hist = obj.get("log_history")
         if isinstance(hist, list):
             # trainer_state.json: one metric record per entry, same rules as log lines.
-            from kb.diagnose import logs
+            from kb.facts import logs
 
             synthetic = [(1, json.dumps(h)) for h in hist if isinstance(h, dict)]
             logs.metric_facts(logs.parse_metric_records(synthetic), facts, source)

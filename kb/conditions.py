@@ -1,4 +1,7 @@
-"""Trigger and signature evaluation: incident conditions over canonical facts, and symptom regexes over the paste."""
+"""The one condition language: `Condition`s and `Trigger`s (kb.records) evaluated over canonical `Facts`.
+
+Used by ingest (category cues), diagnosis (ranking) and repro checks (does the user's setting trigger it).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kb.canonical import normalise_value, parse_number, spec
-from kb.diagnose.facts import Fact, Facts
-from kb.diagnose.masking import mask_line, template_regex
-from kb.records import Condition, Incident, Signature, Trigger
+from kb.facts.model import Fact, Facts
+from kb.records import Condition, Trigger
 
 _VERSIONISH = re.compile(r"^v?\d+(?:\.\d+)+")
 
@@ -22,7 +24,7 @@ def _version_tuple(v: Any) -> tuple[int, ...] | None:
     return tuple(int(x) for x in m.group(0).lstrip("v").split("."))
 
 
-def _norm(fact_key: str, v: Any) -> Any:
+def normalised(fact_key: str, v: Any) -> Any:
     """The expected value in the fact's canonical form (`float16` -> `fp16`), strings lowercased."""
     s = spec(fact_key)
     if s is not None and s.kind not in ("list", "version") and v is not None and not isinstance(v, (list, dict)):
@@ -31,7 +33,7 @@ def _norm(fact_key: str, v: Any) -> Any:
     return v.lower() if isinstance(v, str) else v
 
 
-def _eq(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any) -> bool:
     if isinstance(a, str) and isinstance(b, str):
         return a.lower() == b.lower()
     if isinstance(a, bool) or isinstance(b, bool):
@@ -73,7 +75,7 @@ def check(cond: Condition, facts: Facts) -> tuple[bool, Fact | None]:
             return False, None
         want: Any = other.value
     else:
-        want = _norm(cond.fact, cond.value)
+        want = normalised(cond.fact, cond.value)
     op = cond.op
     ok = False
     if op == "present":
@@ -83,18 +85,18 @@ def check(cond: Condition, facts: Facts) -> tuple[bool, Fact | None]:
     elif op == "falsy":
         ok = not have or str(have).lower() in ("false", "0", "none")
     elif op in ("eq", "ne"):
-        same = any(_element_match(x, want) for x in have) if isinstance(have, list) else _eq(have, want)
+        same = any(_element_match(x, want) for x in have) if isinstance(have, list) else same_value(have, want)
         ok = same if op == "eq" else not same
     elif op in ("gt", "ge", "lt", "le"):
         c = _cmp(have, want)
         ok = c is not None and {"gt": c > 0, "ge": c >= 0, "lt": c < 0, "le": c <= 0}[op]
     elif op == "in":
         options = want if isinstance(want, (list, tuple, set)) else [want]
-        options = [_norm(cond.fact, o) for o in options]
+        options = [normalised(cond.fact, o) for o in options]
         if isinstance(have, list):
             ok = any(_element_match(x, o) for x in have for o in options)
         else:
-            ok = any(_eq(have, o) for o in options)
+            ok = any(same_value(have, o) for o in options)
     elif op == "contains":
         if isinstance(have, list):
             ok = any(_element_match(x, want) for x in have)
@@ -159,79 +161,3 @@ def evaluate_trigger(t: Trigger, facts: Facts) -> TriggerResult:
     res.fraction = met / need if need else 0.0
     res.fired = all_ok and any_ok and not res.blocked_by and need > 0
     return res
-
-
-@dataclass
-class SignatureHit:
-    signature: Signature
-    line: int
-    text: str
-    source: str
-
-
-# Past this many lines a signature is searched once over the joined text instead of line by line.
-_JOINED_ABOVE = 2000
-
-
-class MaskedLines:
-    """The paste's lines, raw and masked (each line masked once, shared by every incident's signatures)."""
-
-    def __init__(self, lines: list[tuple[str, int, str]]):
-        self.lines = lines
-        self.masked = [mask_line(s) for _, _, s in lines]
-        self._joined: tuple[str, str, list[int]] | None = None
-
-    def joined(self) -> tuple[str, str, list[int]]:
-        if self._joined is None:
-            raw = "\n".join(s for _, _, s in self.lines)
-            starts, pos = [], 0
-            for _, _, s in self.lines:
-                starts.append(pos)
-                pos += len(s) + 1
-            self._joined = (raw, "\n".join(self.masked), starts)
-        return self._joined
-
-    def search(self, rx: re.Pattern[str], masked_too: bool = True) -> int | None:
-        """Index of the first line where `rx` matches (raw or masked)."""
-        if len(self.lines) <= _JOINED_ABOVE:
-            for i, (_, _, s) in enumerate(self.lines):
-                if rx.search(s) or (masked_too and rx.search(self.masked[i])):
-                    return i
-            return None
-        import bisect
-
-        raw, masked, starts = self.joined()
-        best = None
-        m = rx.search(raw)
-        if m:
-            best = bisect.bisect_right(starts, m.start()) - 1
-        if masked_too:
-            m = rx.search(masked)
-            if m:
-                # Masked lines have other lengths: find the line by counting newlines before the match.
-                i = masked.count("\n", 0, m.start())
-                best = i if best is None else min(best, i)
-        return best
-
-
-def match_signatures(inc: Incident, lines: list[tuple[str, int, str]] | MaskedLines) -> list[SignatureHit]:
-    """Signatures are matched against each raw line and its masked template; symptoms.errors as templates."""
-    ml = lines if isinstance(lines, MaskedLines) else MaskedLines(lines)
-    hits: list[SignatureHit] = []
-    for sig in inc.symptoms.signatures:
-        try:
-            rx = re.compile(sig.pattern, re.IGNORECASE | re.MULTILINE)
-        except re.error:
-            continue
-        i = ml.search(rx)
-        if i is not None:
-            source, n, s = ml.lines[i]
-            hits.append(SignatureHit(sig, n, s.strip(), source))
-    for err in inc.symptoms.errors:
-        if len(err.strip()) < 12:
-            continue  # "nan" alone would match every paste
-        i = ml.search(template_regex(err), masked_too=False)
-        if i is not None:
-            source, n, s = ml.lines[i]
-            hits.append(SignatureHit(Signature(pattern=err, kind="error", weight=1.0), n, s.strip(), source))
-    return hits

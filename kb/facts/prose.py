@@ -6,16 +6,9 @@ from __future__ import annotations
 import bisect
 import re
 
-from kb.canonical import ALGORITHMS, FRAMEWORKS
-from kb.diagnose.configs import FIX_CUE
-from kb.diagnose.facts import Facts
-from kb.diagnose.logs import is_loss_like
+from kb.canonical import ALGORITHMS, DTYPE_OF_WORD, DTYPE_WORD, FIX_CUE, FRAMEWORKS, MODEL_FAMILIES, is_loss_like
+from kb.facts.model import Facts
 
-_DTYPE_WORD = re.compile(r"(?<![A-Za-z0-9_])(fp16|float16|half[- ]precision|半精度|bf16|bfloat16|fp32|float32|"
-                         r"full[- ]precision|全精度|单精度)(?![A-Za-z0-9_])", re.IGNORECASE)
-_DTYPE_OF = {"fp16": "fp16", "float16": "fp16", "half precision": "fp16", "half-precision": "fp16", "半精度": "fp16",
-             "bf16": "bf16", "bfloat16": "bf16", "fp32": "fp32", "float32": "fp32", "full precision": "fp32",
-             "full-precision": "fp32", "全精度": "fp32", "单精度": "fp32"}
 # A clause that reports a dtype as working is the fix, not the failing run.
 _GOOD = re.compile(r"\b(?:correct|works?|worked|working|fine|ok|okay|normal|solved|fix(?:es|ed)?|no (?:nan|problem)|"
                    r"is good|succeed\w*|stable|instead|try|should)\b|正常|没问题|不会有问题|可以|解决|work了|好了|试试|"
@@ -64,18 +57,9 @@ _FW_ORDER = ["ms-swift", "OpenRLHF", "LLaMA-Factory", "verl", "xtuner", "trl", "
              "ColossalAI", "axolotl", "Megatron-LM", "nemo-rl", "DeepSpeed", "transformers"]
 _FW_AMBIGUOUS = {"torch", "pytorch", "transformers", "deepspeed", "hf trainer"}
 _ALGO_AMBIGUOUS = {"rm", "pt", "reward", "gae"}
-_FAMILIES = (
-    ("qwen2.5", r"qwen[-_ ]?2[._]5"), ("qwen3", r"qwen[-_ ]?3"), ("qwen2", r"qwen[-_ ]?2"), ("qwen", r"qwen"),
-    ("llama3", r"llama[-_ ]?3"), ("llama2", r"llama[-_ ]?2"), ("tinyllama", r"tinyllama"), ("llava", r"llava"),
-    ("llama", r"llama"), ("gemma2", r"gemma[-_ ]?2"), ("gemma3", r"gemma[-_ ]?3"), ("gemma", r"gemma"),
-    ("internlm2", r"internlm[-_ ]?2"), ("internlm", r"internlm"), ("mixtral", r"mixtral"), ("mistral", r"mistral"),
-    ("baichuan2", r"baichuan[-_ ]?2"), ("baichuan", r"baichuan"), ("deepseek", r"deepseek"), ("chatglm", r"chatglm"),
-    ("glm4", r"glm[-_ ]?4"), ("yi", r"\byi[-_ ]\d"), ("phi", r"\bphi[-_ ]?\d"), ("bloom", r"bloom"),
-    ("falcon", r"falcon"), ("gpt2", r"gpt[-_ ]?2"), ("opt", r"\bopt-\d"), ("pythia", r"pythia"),
-)
 
 
-_FAMILY_RX = [(fam, re.compile(rx, re.IGNORECASE)) for fam, rx in _FAMILIES]
+_FAMILY_RX = [(fam, re.compile(rx, re.IGNORECASE)) for fam, rx in MODEL_FAMILIES]
 _SHIFT_ATTN = re.compile(r"S(?:\^?2|²)[- ]?attn|S(?:\^?2|²)[- ]Attention|shift(?:ed)?[_ ]attn|shifted sparse attention|"
                          r"LongLoRA", re.IGNORECASE)
 _LORA = re.compile(r"\blora\b|\bqlora\b|peft", re.IGNORECASE)
@@ -109,11 +93,11 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
     for n, s in lines:
         for cm in _CLAUSE.finditer(s):
             clause = cm.group(0)
-            for m in _DTYPE_WORD.finditer(clause):
-                # `"fp16": {...}`, `--fp16`, `fp16=True` are settings, read by kb.diagnose.configs.
+            for m in DTYPE_WORD.finditer(clause):
+                # `"fp16": {...}`, `--fp16`, `fp16=True` are settings, read by kb.facts.configs.
                 if re.match(r"[\"']?\s*[:=]", clause[m.end():]) or re.search(r"(?:--|[=.\"'])$", clause[:m.start()]):
                     continue
-                d = _DTYPE_OF[m.group(1).lower()]
+                d = DTYPE_OF_WORD[m.group(1).lower()]
                 good = bool(_GOOD.search(clause)) or bool(FIX_CUE.search(clause[: m.start()][-40:]))
                 if good and d in ("bf16", "fp32"):
                     facts.set("working_dtype", d, "text", n, clause, source)
@@ -164,7 +148,7 @@ def _first(joined: _Joined, rxs: list[tuple[str, re.Pattern[str]]]) -> tuple[str
 
 
 def _family(joined: _Joined) -> tuple[str, int, str] | None:
-    """The family named on the earliest line (the first in _FAMILIES order when a line names several)."""
+    """The family named on the earliest line (the first in MODEL_FAMILIES order when a line names several)."""
     best: tuple[int, int, str] | None = None
     for order, (fam, rx) in enumerate(_FAMILY_RX):
         got = joined.first(rx)
@@ -258,8 +242,8 @@ def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: s
         facts.add("symptom", "nan", "text", n, s, source)
 
 
-def derive(facts: Facts, source: str) -> None:
-    """Facts that follow from other facts; their evidence names the facts they came from."""
+def derive(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
+    """Facts that follow from other facts (not from `lines`); their evidence names the facts they came from."""
     # Dynamic loss scaling exists only for fp16: "OVERFLOW! Skipping step" / "loss scale already at minimum"
     # says the run is fp16 even when the paste never names its dtype.
     if "precision" not in facts:

@@ -7,46 +7,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from kb.canonical import canonical_package
-from kb.diagnose.facts import Facts
-
-# --- known error strings ----------------------------------------------------------------------------------
-# (id, pattern, in_scope): out-of-scope errors (OOM, install) make the engine abstain when nothing else fits.
-ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
-    (eid, re.compile(rx, re.IGNORECASE), scope) for eid, rx, scope in (
-        ("prob_tensor_invalid", r"probability tensor contains either [`'\"]?inf[`'\"]?, [`'\"]?nan", True),
-        ("log1p_backward_nan", r"Log1PBackward\d*'? returned nan", True),
-        ("nan_in_backward", r"Function '\w+' returned nan values", True),
-        ("ds_overflow", (r"OVERFLOW!.{0,40}Skipping step|Grad(?:ient)? overflow|Attempted loss scale|"
-                        r"overflow.{0,20}skipping step|Skipping step\. Attempted"), True),
-        ("loss_scale_min", r"loss scale already at minimum|Current loss scale.{0,20}minimum", True),
-        ("untrained_tokens", r"Untrained tokens\b.{0,60}found", True),
-        ("labels_all_masked", (r"labels?\b.{0,20}\ball (?:be )?-100|all (?:the )?labels?.{0,20}-100|"
-                              r"labels?\s*全(?:部)?(?:为|是|都是)\s*-100|all\(\s*labels\s*==\s*(?:ignore_index|-100)|"
-                              r"every label.{0,30}masked|labels? (?:are|were|is) all masked|"
-                              r"no (?:supervised|valid|target) tokens|tensor\(\s*\[\s*-100(?:\s*,\s*-100)+"), True),
-        ("cudnn_sdp", r"enable_cudnn_sdp|cudnn[_ ](?:sdp|attention)|_cudnn_attention|cuDNN SDPA", True),
-        ("nonfinite_grad_norm", (r"norm of order [\d.]+ for gradients.{0,80}non-finite|grad(?:ient)?s? (?:are|is) "
-                                r"(?:nan|inf|non-finite)"), True),
-        ("nan_loss_error", (r"loss (?:is|became|=) nan|Loss is NaN|NaN or Inf found in input tensor|"
-                           r"nan loss detected|detected nan"), True),
-        ("softcap_missing", r"soft[-_ ]?capping|softcap", True),
-        # A reward function that hands back None / NaN (parse failure, API error) poisons the advantages.
-        ("nan_reward", (r"reward\w*(?: func\w*| fn| model)?\W{0,3}.{0,40}\b(?:returns?|returned|returning|gives?|gave|"
-                       r"yields?|outputs?)\s+(?:a\s+)?(?:None|nan|NaN|float\(\s*['\"]nan['\"]\s*\))|"
-                       r"rewards?_per_func\w*.{0,30}\bnan\b|nan (?:in|for) (?:the )?rewards?\b"), True),
-        # Attention rows with no key left to attend to (padding) give NaN in softmax / SDPA.
-        ("masked_row_nan", (r"(?:fully|entirely|completely)[- ]masked (?:rows?|quer(?:y|ies))|"
-                           r"rows? (?:is |are )?(?:fully|completely|entirely) masked|all[- ]masked rows?"), True),
-        ("cuda_oom", r"CUDA out of memory|OutOfMemoryError|out of memory|显存不足|OOM\b", False),
-        ("import_error", r"ModuleNotFoundError|ImportError|No module named|cannot import name", False),
-        ("pip_error", (r"Could not find a version that satisfies|ResolutionImpossible|Failed building wheel|"
-                      r"subprocess-exited-with-error|pip install.{0,40}(?:fail|error)|dependency conflicts"), False),
-        ("nccl_error", r"NCCL (?:error|WARN|timeout)|Watchdog caught collective operation timeout", False),
-        ("segfault", r"Segmentation fault|core dumped", False),
-    )
-)
-OUT_OF_SCOPE_ERRORS = frozenset(eid for eid, _, scope in ERROR_PATTERNS if not scope)
+from kb.canonical import ERROR_PATTERNS, GPU_NAME, GPU_WITHOUT_BF16, canonical_package, is_loss_like
+from kb.facts.model import Facts
 
 # --- metric lines -----------------------------------------------------------------------------------------
 _NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+)|[-+]?nan|[-+]?inf(?:inity)?"
@@ -62,11 +24,6 @@ _STEP_KEYS = {"step", "global_step", "steps", "iter", "iteration", "train/global
               "global_steps", "update", "timestep"}
 _TQDM_STEP = re.compile(r"\b(\d+)/(\d+)\s*\[")
 _MD_SEP = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)+\|?\s*$")
-
-
-def is_loss_like(name: str) -> bool:
-    n = name.lower()
-    return "loss" in n and "scale" not in n and "coef" not in n and "weight" not in n
 
 
 def _value(v: str) -> float:
@@ -235,12 +192,6 @@ _PKG = re.compile(r"(?<![\w\-])(?P<pkg>[A-Za-z][\w\-]*)\s*(?:==|=|>=|~=|:|\s+ver
                   r"(?P<ver>v?\d+(?:\.\d+)+[\w.+\-]*)", re.IGNORECASE)
 _PIP_LIST = re.compile(r"^\s*(?P<pkg>[A-Za-z][\w\-]*)\s{2,}(?P<ver>v?\d+(?:\.\d+)+[\w.+\-]*)\s*$")
 _TORCH_ENV = re.compile(r"PyTorch version\s*:\s*(?P<ver>\d+(?:\.\d+)+[\w.+\-]*)", re.IGNORECASE)
-_GPU = re.compile(r"\b(?P<gpu>V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A6000|L40S?|L4|A40|"
-                  r"(?:RTX|GeForce(?: RTX)?)\s?[2345]0[6789]0(?:\s?Ti)?|910B|MI\d{3}X?|TITAN\s?V|GTX\s?1080)\b")
-# (A bare "3090" is not enough: step counters and sample counts look the same.)
-_NO_BF16 = re.compile(r"V100|T4|P100|P40|TITAN\s?V|1080|20[6789]0", re.IGNORECASE)
-
-
 def env_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     for n, s in lines:
         pip = _PIP_LIST.match(s)
@@ -254,11 +205,11 @@ def env_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         m = _TORCH_ENV.search(s)
         if m:
             facts.set("torch_version", m.group("ver"), "env", n, m.group(0), source)
-        m = _GPU.search(s)
+        m = GPU_NAME.search(s)
         if m:
             gpu = re.sub(r"\s+", " ", m.group("gpu"))
             facts.set("gpu", gpu, "env", n, s.strip(), source)
-            facts.set("gpu_bf16", not bool(_NO_BF16.search(gpu)), "env", n, s.strip(), source)
+            facts.set("gpu_bf16", not bool(GPU_WITHOUT_BF16.search(gpu)), "env", n, s.strip(), source)
 
 
 def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:

@@ -1,0 +1,82 @@
+"""One pipeline from input to facts: the boundary check, then extractor stages over the numbered lines.
+
+A stage is a function `(lines, facts, source) -> None` that adds facts with evidence (as Drain3's miner takes
+its handlers, the stages are passed in). The default stages read configs and command lines, log records and
+error strings, then prose; `derive` runs last because it reasons over what the others found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from kb.facts import configs, logs, prose
+from kb.facts.boundary import check_text, numbered_lines
+from kb.facts.model import Facts
+
+Lines = list[tuple[int, str]]
+Stage = Callable[[Lines, Facts, str], None]
+
+DEFAULT_STAGES: tuple[Stage, ...] = (configs.extract, logs.extract, prose.extract, prose.derive)
+
+
+class Pipeline:
+    """`Pipeline().extract(text)` -> Facts; `Pipeline((my_stage, *DEFAULT_STAGES))` adds an extractor."""
+
+    def __init__(self, stages: Iterable[Stage] = DEFAULT_STAGES) -> None:
+        self.stages = tuple(stages)
+
+    def extract_with_lines(self, text: str | bytes, source: str = "text") -> tuple[Facts, Lines]:
+        text = check_text(text, source)
+        lines, warnings = numbered_lines(text, source)
+        facts = Facts(warnings=warnings)
+        for stage in self.stages:
+            stage(lines, facts, source)
+        return facts, lines
+
+    def extract(self, text: str | bytes, source: str = "text") -> Facts:
+        return self.extract_with_lines(text, source)[0]
+
+    def extract_inputs(self, inputs: list[tuple[str, str]]) -> tuple[Facts, list[tuple[str, int, str]]]:
+        """Several named inputs (question, log, config …) -> merged facts and every numbered line read."""
+        facts = Facts()
+        lines: list[tuple[str, int, str]] = []
+        for name, value in inputs:
+            f, numbered = self.extract_with_lines(value, source=name)
+            facts.merge(f)
+            lines += [(name, n, s) for n, s in numbered]
+        return facts, lines
+
+
+DEFAULT = Pipeline()
+
+
+def extract_facts(text: str | bytes, source: str = "text") -> Facts:
+    """All facts in one input (logs, tracebacks, env dumps, configs, command lines, prose), with evidence.
+
+    Pure function: string in, facts out. Raises InputError for binary junk, InputTooLarge past the caps.
+    """
+    return DEFAULT.extract(text, source)
+
+
+def facts_from_mapping(values: Mapping[str, Any], source: str = "trainer") -> Facts:
+    """Facts handed over as data (a running trainer, a run folder): `{key: value}` or `{key: (value, detail)}`.
+
+    Keys go through kb.canonical like any setting; list facts (nan_metrics, errors …) take a list value. Their
+    kind is "trainer", which outranks anything read from text.
+    """
+    from kb.canonical import canonical
+    from kb.facts.model import LIST_FACTS
+
+    facts = Facts()
+    for key, raw in values.items():
+        value, detail = raw if isinstance(raw, tuple) and len(raw) == 2 else (raw, "")
+        detail = detail or f"{key} = {value!r} (from the running trainer)"
+        if key in LIST_FACTS:
+            for el in value if isinstance(value, (list, tuple, set)) else [value]:
+                facts.add(key, el, "trainer", None, detail, source)
+            continue
+        got = canonical(key, value)
+        k, v = got if got is not None else (key, value)
+        facts.set(k, v, "trainer", None, detail, source)
+    return facts
