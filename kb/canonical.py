@@ -471,7 +471,8 @@ MODEL_FAMILIES = (
 )
 
 # GPU names in env dumps and prose; the ones without bf16 support make fp16 the only half precision.
-GPU_NAME = re.compile(r"\b(?P<gpu>V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A6000|L40S?|L4|A40|"
-                  r"(?:RTX|GeForce(?: RTX)?)\s?[2345]0[6789]0(?:\s?Ti)?|910B|MI\d{3}X?|TITAN\s?V|GTX\s?1080)\b")
+GPU_MODELS = (r"V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A6000|L40S?|L4|A40|"
+              r"(?:RTX|GeForce(?: RTX)?)\s?[2345]0[6789]0(?:\s?Ti)?|910B\w*|MI\d{3}X?|TITAN\s?V|GTX\s?1080")
+GPU_NAME = re.compile(rf"\b(?P<gpu>{GPU_MODELS})\b")
 # (A bare "3090" is not enough: step counters and sample counts look the same.)
 GPU_WITHOUT_BF16 = re.compile(r"V100|T4|P100|P40|TITAN\s?V|1080|20[6789]0", re.IGNORECASE)

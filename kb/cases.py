@@ -24,7 +24,7 @@ OUT_OF_SCOPE_KINDS = ("oom", "install", "inference", "plateau", "data-format", "
 Confirmation = Literal["maintainer", "reporter", "pr", "fix-worked", "docs"]
 Precision = Literal["fp16", "bf16", "fp32", "fp8", "mixed", "int8", "int4", "unknown"]
 
-_THREAD = re.compile(r"github\.com/([^/\s]+)/([^/\s#?]+)/(?:issues|pull|pulls|discussions)/(\d+)", re.I)
+_THREAD = re.compile(r"github\.com/([^/\s]+)/([^/\s#?]+)/(?:issues|pull|pulls|discussions)/(\d+)", re.IGNORECASE)
 _ID = re.compile(r"^[a-z0-9][a-z0-9._-]{2,120}$")
 
 
@@ -128,7 +128,7 @@ def parse_case(text: str, name: str = "<case>") -> Case:
     except yaml.YAMLError as e:
         raise ValueError(f"not valid YAML: {e}") from None
     if not isinstance(data, dict):
-        raise ValueError("a case is a YAML mapping")
+        raise ValueError("a case is a YAML mapping")  # noqa: TRY004 - one error type for a bad case file
     try:
         return Case.model_validate(data)
     except ValidationError as e:

@@ -14,9 +14,9 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from kb import paths
+from kb.diagnose.models import Diagnosis
 from kb.documents import load_incidents
 from kb.embed import get_embedder, model_name_from_env
-from kb.diagnose.models import Diagnosis
 from kb.errors import InputError, NotFound
 from kb.index import bundle as index_bundle
 from kb.index import fusion

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from kb.facts import extract_facts
 from kb.conditions import check, evaluate_trigger
 from kb.documents import dump_incident_md
 from kb.errors import InputError
+from kb.facts import extract_facts
 from kb.kb import KnowledgeBase
 from kb.records import Condition, Incident, Trigger
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from kb.canonical import LOG_FACTS, spec
-from kb.facts import extract_facts
 from kb.conditions import evaluate_trigger
 from kb.documents import load_incidents
+from kb.facts import extract_facts
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from kb.facts import extract_facts, mask_line
 from kb.errors import InputError, InputTooLarge
+from kb.facts import extract_facts, mask_line
 
 
 def values(text: str) -> dict:

@@ -60,7 +60,7 @@ def check_text(text: str | bytes, name: str = "input", max_bytes: int | None = N
     cap = max_bytes if max_bytes is not None else 10 * limits().diagnose_max_bytes
     if isinstance(text, (bytes, bytearray)):
         if len(text) > cap:
-            raise _too_large(name, len(text), cap)
+            raise too_large(name, len(text), cap)
         text = decode(bytes(text), name)
     if not isinstance(text, str):
         raise InputError(f"{name}: expected text, got {type(text).__name__}")
@@ -68,7 +68,7 @@ def check_text(text: str | bytes, name: str = "input", max_bytes: int | None = N
     if len(text) > cap // 4:
         size = len(text.encode("utf-8", errors="surrogatepass"))
         if size > cap:
-            raise _too_large(name, size, cap)
+            raise too_large(name, size, cap)
     if _SURROGATE.search(text):
         text = _SURROGATE.sub("\ufffd", text)
     sample = text[:65536]
@@ -84,7 +84,7 @@ def check_text(text: str | bytes, name: str = "input", max_bytes: int | None = N
     return text
 
 
-def _too_large(name: str, size: int, cap: int) -> InputTooLarge:
+def too_large(name: str, size: int, cap: int) -> InputTooLarge:
     return InputTooLarge(f"{name} is {size / 1e6:.1f} MB; the limit is {cap / 1e6:.1f} MB "
                          "(set KB_DIAGNOSE_MAX_BYTES or KB_INGEST_MAX_BYTES); paste the head and tail of the log")
 

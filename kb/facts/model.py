@@ -7,7 +7,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-
 # Which kind of evidence wins when two disagree: what the running trainer reports beats an explicit setting,
 # which beats a prose mention.
 _RANK = {"trainer": 4, "config": 3, "env": 3, "log": 2, "text": 1}

@@ -2,7 +2,8 @@
 
 A stage is a function `(lines, facts, source) -> None` that adds facts with evidence (as Drain3's miner takes
 its handlers, the stages are passed in). The default stages read configs and command lines, log records and
-error strings, then prose; `derive` runs last because it reasons over what the others found.
+error strings, then settings stated in running text, then prose; `derive` runs last because it reasons over
+what the others found.
 """
 
 from __future__ import annotations
@@ -10,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from kb.facts import configs, logs, prose
+from kb.facts import configs, logs, prose, statements
 from kb.facts.boundary import check_text, numbered_lines
 from kb.facts.model import Facts
 
 Lines = list[tuple[int, str]]
 Stage = Callable[[Lines, Facts, str], None]
 
-DEFAULT_STAGES: tuple[Stage, ...] = (configs.extract, logs.extract, prose.extract, prose.derive)
+DEFAULT_STAGES: tuple[Stage, ...] = (configs.extract, logs.extract, statements.extract, prose.extract, prose.derive)
 
 
 class Pipeline:

@@ -6,7 +6,15 @@ from __future__ import annotations
 import bisect
 import re
 
-from kb.canonical import ALGORITHMS, DTYPE_OF_WORD, DTYPE_WORD, FIX_CUE, FRAMEWORKS, MODEL_FAMILIES, is_loss_like
+from kb.canonical import (
+    ALGORITHMS,
+    DTYPE_OF_WORD,
+    DTYPE_WORD,
+    FIX_CUE,
+    FRAMEWORKS,
+    MODEL_FAMILIES,
+    is_loss_like,
+)
 from kb.facts.model import Facts
 
 # A clause that reports a dtype as working is the fix, not the failing run.

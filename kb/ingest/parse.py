@@ -11,23 +11,14 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
+from kb.canonical import FACTS
 from kb.errors import InputError
+from kb.facts import Facts
+from kb.facts.pipeline import DEFAULT as PIPELINE
+from kb.facts.statements import REL_SYMBOL, extract_config, extract_errors, extract_metrics, extract_relations
 from kb.ingest import categorize as cat
 from kb.ingest.boilerplate import strip_boilerplate
-from kb.ingest.extract import (
-    REL_SYMBOL,
-    detect_lang,
-    extract_config,
-    extract_errors,
-    extract_metrics,
-    extract_onset,
-    extract_relations,
-    find_algorithm,
-    find_framework,
-    find_model,
-    merge_findings,
-    source_urls,
-)
+from kb.ingest.extract import extract_onset, find_algorithm, find_framework, find_model, source_urls
 from kb.ingest.htmltext import html_to_text
 from kb.ingest.reader import check_text, sniff_format
 from kb.ingest.sections import FIX, Section, content_lines, join_broken_lines, list_items, split_sections
@@ -42,6 +33,7 @@ from kb.records import (
     Symptoms,
     Trigger,
 )
+from kb.tokenize import detect_lang
 
 
 class IngestResult(BaseModel):
@@ -59,6 +51,9 @@ class IngestResult(BaseModel):
     relations: list[str] = Field(default_factory=list)
     # "kind: heading" of every section found.
     sections: list[str] = Field(default_factory=list)
+    # The text that describes what happened (title + reported sections): the record's facts are read from it
+    # by the same pipeline that reads a paste (kb.facts).
+    reported_text: str = ""
 
 
 _FRONT = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
@@ -221,6 +216,17 @@ def _known_categories() -> set[str] | None:
     return set(categories())
 
 
+# Facts that describe the run's settings (kb.canonical.FACTS) go into `config`, except the record's own fields
+# and what is said about a fix rather than the run.
+_NOT_CONFIG = {"model", "framework", "algorithm", "working_dtype", "model_family"}
+_SETTINGS = {spec.key for spec in FACTS}
+
+
+def record_config(facts: Facts) -> dict[str, Any]:
+    """A record's `config`: the setting facts of its reported text (canonical keys, normalised values)."""
+    return {k: f.value for k, f in facts.items.items() if k in _SETTINGS and k not in _NOT_CONFIG}
+
+
 def _curated(text: str, name: str) -> IngestResult:
     from kb.documents import parse_incident_md
 
@@ -283,11 +289,13 @@ def parse_document(text: str, *, name: str = "", fmt: str | None = None,
     if not fix_secs:
         warnings.append("no fix / solution section found")
 
-    # ---- facts
-    config, chosen, conflicts = merge_findings(extract_config(reported_text))
-    warnings += conflicts
-    fix_config, _, _ = merge_findings(extract_config(fix_text, recommendation=True))
-    fix_changes = {k: v for k, v in fix_config.items() if config.get(k) != v}
+    # ---- facts: the same pipeline a paste goes through; the record's config is its setting facts
+    facts = PIPELINE.extract(reported_text, source)
+    config = record_config(facts)
+    fix_config: dict[str, Any] = {}
+    for f in extract_config(fix_text, recommendation=True):
+        fix_config.setdefault(f.key, f.value)
+    fix_changes = {k: v for k, v in fix_config.items() if k not in _NOT_CONFIG and config.get(k) != v}
     relations = extract_relations(reported_text)
     errors = extract_errors(all_text)
     metrics = extract_metrics(reported_text)
@@ -295,11 +303,11 @@ def parse_document(text: str, *, name: str = "", fmt: str | None = None,
     onset = extract_onset(reported_text, lang)
 
     framework, fw_why = find_framework(title, all_text)
-    algorithm, algo_why = find_algorithm(title, reported_text, str(chosen["algorithm"].value)
-                                         if "algorithm" in chosen else None)
+    algorithm, algo_why = find_algorithm(title, reported_text, str(facts.value("algorithm"))
+                                         if "algorithm" in facts else None)
     if algorithm == "unknown":
         algorithm, algo_why = find_algorithm(title, all_text, None)
-    labelled = str(chosen["model"].value) if "model" in chosen else None
+    labelled = str(facts.value("model")) if "model" in facts else None
     model, _ = find_model(title, reported_text, labelled)
     if framework == "unknown" or "generic" in fw_why:
         warnings.append(f"framework: {fw_why}")
@@ -400,4 +408,5 @@ def parse_document(text: str, *, name: str = "", fmt: str | None = None,
         stripped=stripped,
         relations=rel_strings,
         sections=[f"{s.kind}: {s.heading}" for s in sections if s.heading],
+        reported_text=reported_text,
     )
