@@ -415,7 +415,6 @@ def is_loss_like(name: str) -> bool:
 
 
 # Known error strings: (id, pattern, in_scope). Out-of-scope ids (OOM, install) tell diagnosis to abstain.
-
 ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
     (eid, re.compile(rx, re.IGNORECASE), scope) for eid, rx, scope in (
         ("prob_tensor_invalid", r"probability tensor contains either [`'\"]?inf[`'\"]?, [`'\"]?nan", True),
