@@ -132,7 +132,7 @@ FACTS: tuple[FactSpec, ...] = (
     FactSpec("peft_version", "version", ("peft", "peft_version"), "PEFT version"),
     FactSpec("gpu", "str", ("gpu", "gpu_name", "device_name"), "GPU model"),
     FactSpec("num_generations", "int", ("num_generations", "n_samples_per_prompt", "group_size",
-                                        "actor_rollout_ref.rollout.n", "rollout.n"),
+                                        "actor_rollout_ref.rollout.n", "rollout.n", "rollout_n"),
              "completions sampled per prompt (GRPO group size)"),
     FactSpec("zero_hpz_partition_size", "int", ("zero_hpz_partition_size", "zero_optimization.zero_hpz_partition_size"),
              "DeepSpeed ZeRO++ hierarchical partition size"),
@@ -142,6 +142,9 @@ FACTS: tuple[FactSpec, ...] = (
              {"left": "left", "right": "right"}),
     FactSpec("placeholder_token", "str", ("placeholder_token",), "PRM step placeholder token"),
     FactSpec("mini_batch_size", "int", ("ppo_mini_batch_size", "mini_batch_size"), "PPO mini-batch size (verl)"),
+    # Derived (kb.facts.prose.derive), never read from a config: verl's share of a mini-batch per data-parallel rank.
+    FactSpec("per_gpu_mini_batch_size", "int", (),
+             "verl: sequences per data-parallel rank in one PPO mini-batch (mini_batch_size * rollout.n / DP ranks)"),
     FactSpec("model_family", "str", ("model_family",), "model family (qwen2, llama, gemma2, internlm2 …)"),
     FactSpec("deepspeed_config", "str", ("deepspeed", "deepspeed_config", "ds_config"),
              "DeepSpeed config file named on the command line"),
@@ -154,7 +157,7 @@ LOG_FACTS: tuple[FactSpec, ...] = (
     FactSpec("huge_metrics", "list", (), "metrics above 1e4"),
     FactSpec("spike_metrics", "list", (), "metrics that jumped > 10x before going bad"),
     FactSpec("first_bad_step", "int", (), "step at which the first nan/inf/zero collapse appeared"),
-    FactSpec("errors", "list", (), "ids of known error strings found (kb.diagnose.errors_catalog)"),
+    FactSpec("errors", "list", (), "ids of known error strings found (ERROR_PATTERNS below)"),
     FactSpec("output_collapse", "bool", (), "generated text collapsed (!!!!, token id 0)"),
     FactSpec("symptom", "list", (), "in-scope symptoms seen: nan, inf, zero_loss, huge, collapse, overflow"),
 )
@@ -395,9 +398,6 @@ PROSE_LABELS: dict[str, str] = {
 }
 
 
-def canonical_label(label: str) -> str | None:
-    """Canonical key for a prose label ("最大长度", "learning rate"), or None."""
-    return PROSE_LABELS.get(re.sub(r"\s+", " ", label.strip().lower()))
 # === end of prose labels ================================================================================
 
 
@@ -422,7 +422,7 @@ ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
         ("nan_in_backward", r"Function '\w+' returned nan values", True),
         ("ds_overflow", (r"OVERFLOW!.{0,40}Skipping step|Grad(?:ient)? overflow|Attempted loss scale|"
                         r"overflow.{0,20}skipping step|Skipping step\. Attempted"), True),
-        ("loss_scale_min", r"loss scale already at minimum|Current loss scale.{0,20}minimum", True),
+        ("loss_scale_min", r"loss scale already at minimum|Current loss scale.{0,20}minimum|minimum loss scale", True),
         ("untrained_tokens", r"Untrained tokens\b.{0,60}found", True),
         ("labels_all_masked", (r"labels?\b.{0,20}\ball (?:be )?-100|all (?:the )?labels?.{0,20}-100|"
                               r"labels?\s*全(?:部)?(?:为|是|都是)\s*-100|all\(\s*labels\s*==\s*(?:ignore_index|-100)|"
@@ -475,3 +475,46 @@ GPU_MODELS = (r"V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A6000|L40S?|
 GPU_NAME = re.compile(rf"\b(?P<gpu>{GPU_MODELS})\b")
 # (A bare "3090" is not enough: step counters and sample counts look the same.)
 GPU_WITHOUT_BF16 = re.compile(r"V100|T4|P100|P40|TITAN\s?V|1080|20[6789]0", re.IGNORECASE)
+
+# The question that settles a fact, in both languages (differential diagnosis asks the 1-3 that separate the
+# candidates most); `options` are the answers that matter.
+QUESTIONS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "precision": ("Do you train in fp16 or bf16 (mixed precision)?", "训练用的是 fp16 还是 bf16（混合精度）？",
+                  ("fp16", "bf16", "fp32")),
+    "weights_dtype": ("In which dtype are the trainable weights loaded (torch_dtype)?",
+                      "可训练权重以什么 dtype 加载（torch_dtype）？", ("float16", "bfloat16", "float32")),
+    "sequence_parallel_size": ("Does it still happen with sequence_parallel_size 1 (no sequence/context parallelism)?",
+                               "把 sequence_parallel_size 设为 1（关闭序列并行）还会出现吗？", ("1", "2", "4", "8")),
+    "sequence_parallel": ("Is sequence / context parallelism (Ulysses, ring attention) on?",
+                          "是否开启了序列并行 / 上下文并行（Ulysses、ring attention）？", ("true", "false")),
+    "attn_implementation": ("Which attention implementation runs (eager, sdpa, flash_attention_2)?",
+                            "用的是哪种 attention 实现（eager、sdpa、flash_attention_2）？",
+                            ("eager", "sdpa", "flash_attention_2")),
+    "zero_stage": ("Which DeepSpeed ZeRO stage do you use?", "DeepSpeed ZeRO 用的是哪个 stage？", ("0", "1", "2", "3")),
+    "overlap_comm": ("Is DeepSpeed overlap_comm on?", "DeepSpeed 的 overlap_comm 是否开启？", ("true", "false")),
+    "loss_type": ("Which loss_type (sigmoid, ipo, simpo, ...)?", "loss_type 是什么（sigmoid、ipo、simpo……）？",
+                  ("sigmoid", "ipo", "simpo")),
+    "max_prompt_length": ("What are max_prompt_length and max_length?", "max_prompt_length 和 max_length 分别是多少？", ()),
+    "max_length": ("What is max_length (cutoff_len)?", "max_length（cutoff_len）是多少？", ()),
+    "learning_rate": ("What learning rate, and does a 10x lower one still diverge?",
+                      "学习率是多少？降低 10 倍后还会发散吗？", ()),
+    "vanilla_loss": ("Is --vanilla_loss on?", "是否开启了 --vanilla_loss？", ("true", "false")),
+    "kl_estimator": ("Which KL estimator (k1, k3 / low_var_kl)?", "KL 估计器是哪种（k1、k3 / low_var_kl）？",
+                     ("k1", "k3")),
+    "use_kl_loss": ("Is the KL term used as a loss (use_kl_loss)?", "是否把 KL 作为 loss（use_kl_loss）？", ("true", "false")),
+    "num_generations": ("How many completions per prompt (num_generations / rollout.n)?",
+                        "每个 prompt 采样几个回答（num_generations / rollout.n）？", ()),
+    "framework_version": ("Which version of the training framework, and does the previous release work?",
+                          "训练框架是哪个版本？回退到上一个版本是否正常？", ()),
+    "deepspeed_version": ("Which DeepSpeed version?", "DeepSpeed 是哪个版本？", ()),
+    "torch_version": ("Which torch version?", "torch 是哪个版本？", ()),
+    "flash_attn_version": ("Which flash-attn version?", "flash-attn 是哪个版本？", ()),
+    "gpu": ("Which GPU (V100/T4 have no bf16)?", "用的是什么 GPU（V100/T4 不支持 bf16）？", ()),
+    "rpo_alpha": ("Is an NLL term on (rpo_alpha > 0)?", "是否加了 NLL 项（rpo_alpha > 0）？", ()),
+    "padding_side": ("Which padding side does the tokenizer use?", "tokenizer 的 padding_side 是左还是右？",
+                     ("left", "right")),
+    "micro_batch_size": ("What is the per-device micro-batch size?", "每张卡的 micro batch size 是多少？", ()),
+    "completion_only_loss": ("Is the loss computed on completions only?", "是否只在回答部分计算 loss？", ("true", "false")),
+    "algorithm": ("Which algorithm (SFT, DPO, KTO, GRPO, ...)?", "用的是什么算法（SFT、DPO、KTO、GRPO……）？", ()),
+    "use_peft": ("Do you train LoRA adapters or the full model?", "是 LoRA 还是全参训练？", ("true", "false")),
+}

@@ -161,3 +161,38 @@ def evaluate_trigger(t: Trigger, facts: Facts) -> TriggerResult:
     res.fraction = met / need if need else 0.0
     res.fired = all_ok and any_ok and not res.blocked_by and need > 0
     return res
+
+
+def decide(triggers: list[Trigger], facts: Facts) -> tuple[bool | None, str]:
+    """Do these facts trigger the incident? True when a trigger fires; False when every trigger is ruled out by a
+    fact that is present (a required condition fails, or a `none` condition holds); None when some trigger still
+    waits on facts nobody gave. The reason names the trigger and the facts that decided."""
+    if not triggers:
+        return None, "the incident states no trigger conditions"
+    missing: list[str] = []
+    ruled_out: list[str] = []
+    for t in triggers:
+        res = evaluate_trigger(t, facts)
+        if res.fired:
+            shown = ", ".join(f"{describe(c)} ({f.value!r})" if f is not None else describe(c) for c, f in res.matched)
+            return True, f"{t.description or t.id}: {shown}"
+        if res.blocked_by:
+            c, f = res.blocked_by[0]
+            ruled_out.append(f"{t.id}: {describe(c)}" + (f" ({f.value!r})" if f is not None else ""))
+            continue
+        unknown = [c.fact for c in t.all if c.fact not in facts and c.op != "absent"
+                   and (c.value_fact is None or c.value_fact in facts)]
+        unknown += [c.value_fact for c in t.all if c.value_fact and c.value_fact not in facts]
+        failed = [c for c in t.all if c.fact in facts and (c.value_fact is None or c.value_fact in facts)
+                  and not check(c, facts)[0]]
+        any_known = [c for c in t.any if c.fact in facts]
+        if failed:
+            c = failed[0]
+            ruled_out.append(f"{t.id}: not {describe(c)} ({facts.value(c.fact)!r})")
+        elif t.any and len(any_known) == len(t.any) and not any(check(c, facts)[0] for c in t.any):
+            ruled_out.append(f"{t.id}: none of " + ", ".join(describe(c) for c in t.any))
+        else:
+            missing += unknown or [c.fact for c in t.any if c.fact not in facts]
+    if missing:
+        return None, "unknown: " + ", ".join(dict.fromkeys(missing))
+    return False, "; ".join(ruled_out)

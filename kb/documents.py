@@ -18,10 +18,6 @@ _FRONT = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)\r?\n---[ \t]*\r?\n?(.*)\Z", r
 _LANG_HEADING = re.compile(r"^##\s+(English|中文|Chinese|EN|ZH)\s*$", re.MULTILINE | re.IGNORECASE)
 
 
-def has_front_matter(text: str) -> bool:
-    return bool(_FRONT.match(text))
-
-
 def split_body(body: str) -> Bilingual:
     """Split the prose into its `## English` and `## 中文` sections."""
     marks = list(_LANG_HEADING.finditer(body))

@@ -108,6 +108,9 @@ class KnowledgeBase:
         self._doc_tokens: dict[str, tuple[Incident, set[str]]] = {}
         self._bundle: index_bundle.IndexBundle | None = None
         self._embedder = None
+        self.cases_dir = paths.cases_dir(incidents=incidents_dir)
+        self._case_model: tuple[Any, Any] | None | bool = False  # False: not loaded yet
+        self._query_vectors: dict[str, np.ndarray] = {}
 
     @classmethod
     def open(cls, data_dir: str | os.PathLike | None = None, incidents_dir: str | os.PathLike | None = None,
@@ -135,6 +138,7 @@ class KnowledgeBase:
         with self._lock:
             self._records = None
             self._fingerprint = None
+            self._case_model = False
 
     def get(self, incident_id: str) -> Incident:
         try:
@@ -238,7 +242,7 @@ class KnowledgeBase:
         recs = self.records
         q_tokens = tokenize(text)
         bm = b.bm25.scores(q_tokens)
-        qv = self.embedder.encode([text[:4000]], query=True)[0]
+        qv = self.embed_query(text)
         sims, ids = b.vectors.search(qv, min(len(b.rows), max(200, k * 20) * (10 if filters else 1)))
         dense_by_inc: dict[str, float] = {}
         for s, i in zip(sims, ids):
@@ -272,6 +276,43 @@ class KnowledgeBase:
             ))
         return hits
 
+    def embed_query(self, text: str) -> np.ndarray:
+        """The query's vector, cached for the last few queries (diagnosis embeds the same text for incidents and
+        cases)."""
+        key = text[:4000]
+        with self._lock:
+            v = self._query_vectors.get(key)
+        if v is None:
+            v = self.embedder.encode([key], query=True)[0]
+            with self._lock:
+                if len(self._query_vectors) >= 64:
+                    self._query_vectors.pop(next(iter(self._query_vectors)))
+                self._query_vectors[key] = v
+        return v
+
+    # ---------------------------------------------------------------- case base
+    @property
+    def cases(self) -> list[Any]:
+        """The case base (cases/*.yaml): real reports with a confirmed root cause; invalid files are skipped."""
+        from kb.cases import load_cases
+
+        found, _ = load_cases(self.cases_dir, self.records.keys())
+        return found
+
+    def case_model(self) -> tuple[Any, Any] | None:
+        """(case index, fitted ranker) for diagnosis, or None when there is no case base or no fitted ranker."""
+        with self._lock:
+            if self._case_model is False:
+                from kb.diagnose.learned import CaseIndex, Ranker
+
+                ranker = Ranker.load()
+                cases = self.cases if ranker is not None else []
+                self._case_model = None
+                if cases:
+                    index = CaseIndex.build(cases, self.embedder, self.data_dir / "cases-index.npz")
+                    self._case_model = (index, ranker)
+            return self._case_model or None
+
     def _matched_terms(self, q_tokens: list[str], inc: Incident, b: index_bundle.IndexBundle) -> list[str]:
         # Cached per record object: reload() builds new records, so an edited record is re-tokenized.
         cached = self._doc_tokens.get(inc.id)
@@ -284,16 +325,29 @@ class KnowledgeBase:
         return sorted(hit, key=lambda t: -idf[t])
 
     def ask(self, question: str, k: int = 5, filters: dict[str, str] | None = None) -> AskResult:
-        """Answer a short question with ranked incidents, their evidence and fix; abstain when nothing fits."""
+        """Answer a short question with ranked incidents, their evidence and fix; abstain when nothing fits.
+
+        A question is a paste: the diagnosis engine ranks it (so `ask` and `diagnose` agree on the first
+        category), and retrieval fills the rest of the list."""
         if not question or not question.strip():
             raise InputError("empty question")
         lang = detect_lang(question)
-        hits = self.search(question, k=k, filters=filters)
-        items = [self._ask_item(h, lang) for h in hits]
+        hits = self.search(question, k=max(k, 10), filters=filters)
+        by_id = {h.id: h for h in hits}
+        order: list[str] = []
         abstained, reason = False, ""
-        if not hits:
+        if not filters:
+            d = self.diagnose(question=question, k=k)
+            order = [x.incident_id for x in d.diagnoses if x.incident_id]
+            abstained, reason = d.abstained, d.reason
+        order += [h.id for h in hits if h.id not in order]
+        items = []
+        for rid in order[:k]:
+            h = by_id.get(rid) or SearchHit(id=rid, score=0.0, bm25=0.0, dense=0.0, incident=self.records[rid])
+            items.append(self._ask_item(h, lang))
+        if not items:
             abstained, reason = True, "no incident matches the filters"
-        else:
+        elif filters:
             top = hits[0]
             informative = [t for t in top.matched_terms if t not in GENERIC_TERMS]
             if top.dense < MIN_DENSE and len(informative) < MIN_BM25_TERMS:

@@ -18,6 +18,16 @@ def incidents_dir(explicit: str | os.PathLike | None = None) -> Path:
     return REPO_ROOT / "incidents"
 
 
+def cases_dir(explicit: str | os.PathLike | None = None, incidents: Path | None = None) -> Path:
+    """The case base: explicit, else KB_CASES_DIR, else `cases/` beside the incidents folder."""
+    if explicit:
+        return Path(explicit).expanduser().resolve()
+    env = os.environ.get("KB_CASES_DIR")
+    if env:
+        return Path(env).expanduser().resolve()
+    return (incidents or incidents_dir()).parent / "cases"
+
+
 def data_dir(explicit: str | os.PathLike | None = None) -> Path:
     if explicit:
         return Path(explicit).expanduser().resolve()

@@ -118,7 +118,10 @@ class Source(BaseModel):
 class ReproRef(BaseModel):
     model_config = ConfigDict(extra="forbid")
     path: str = ""  # relative to the incident folder, e.g. "repro.py"
-    gpu_only: bool = False
+    gpu_only: bool = False  # the failure needs a GPU kernel; a CPU run can only show the arithmetic
+    # Settings the check runs at besides `config` (canonical keys): toy-size overrides and what the report
+    # implies but does not state. The check's defaults are `config` updated by these.
+    settings: dict[str, Any] = Field(default_factory=dict)
     notes: str = ""
 
 

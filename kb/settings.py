@@ -15,14 +15,14 @@ class Limits(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="KB_", extra="ignore", frozen=False)
 
     # Past these a paste is sampled (head, salient middle, tail), not refused; 10x the bytes is refused.
-    diagnose_max_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
-    diagnose_max_lines: int = Field(default=20_000, ge=100)
+    diagnose_max_bytes: int = Field(default=20 * 1024 * 1024, ge=1)
+    diagnose_max_lines: int = Field(default=20_000, ge=1)
     # Patterns run per line: a longer line keeps its head and tail (a minified 5 MB JSON line would dominate).
     max_line_chars: int = Field(default=8_000, ge=200)
     # JSON / YAML nested deeper than this is not walked (recursion and quadratic flattening otherwise).
     max_nesting: int = Field(default=64, ge=4)
     # One article for `kb ingest`.
-    ingest_max_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
+    ingest_max_bytes: int = Field(default=5 * 1024 * 1024, ge=1)
 
 
 def limits() -> Limits:

@@ -43,6 +43,3 @@ def categories() -> dict[str, str]:
                 out[m.group(1)] = m.group(2).strip()
     return out
 
-
-def is_known(key: str) -> bool:
-    return key in categories()

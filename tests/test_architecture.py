@@ -151,3 +151,32 @@ def test_real_pastes_give_the_same_facts_as_articles():
         assert result.incident.config == record_config(extract_facts(result.reported_text)), row["id"]
         compared += bool(result.incident.config)
     assert compared >= 10
+
+
+# --- incident.md is the single source of each repro check -----------------------------------------------------
+RECORD_OWNED = ("incident_id", "defaults", "gpu_only_effect", "triggers")
+
+
+def test_every_incident_and_its_check_agree():
+    """Each check is bound to the incident.md beside it and takes id, defaults, GPU flag and trigger from it; a
+    check file defines only the mechanism (no attribute the record owns), and its settings are canonical keys."""
+    from kb.canonical import spec
+    from kb.documents import load_incidents
+    from kb.repro.harness import ReproCheck, load_check
+
+    records, problems = load_incidents(ROOT / "incidents")
+    assert not problems
+    with_check = [r for r in records if r.repro.path]
+    assert len(with_check) >= 40
+    for rec in with_check:
+        path = ROOT / "incidents" / rec.id / rec.repro.path
+        cls = load_check(path)
+        owned = [a for a in RECORD_OWNED if a in vars(cls)]
+        assert owned == [], f"{rec.id}: repro.py defines {owned}; they belong in incident.md"
+        check = cls()
+        assert check.incident_id == rec.id and check.gpu_only_effect == rec.repro.gpu_only
+        assert check.defaults == {**({"algorithm": rec.algorithm} if rec.algorithm != "unknown" else {}),
+                                  **rec.config, **rec.repro.settings}
+        unknown = [k for k in rec.repro.settings if spec(k) is None]
+        assert unknown == [], f"{rec.id}: repro.settings keys that are not canonical: {unknown}"
+        assert ReproCheck.triggers is type(check).triggers, rec.id

@@ -10,7 +10,7 @@ import pytest
 from kb.errors import InputError, InputTooLarge, NotFound
 from kb.ingest import IngestResult, parse_document, read_document
 from kb.ingest.boilerplate import strip_boilerplate
-from kb.ingest.categorize import CUES
+from kb.ingest.categorize import cues
 from kb.taxonomy import categories
 
 DATA = Path(__file__).resolve().parent / "data" / "ingest"
@@ -240,4 +240,4 @@ def test_oversized_input_names_the_limit(tmp_path, monkeypatch):
 
 def test_every_cue_names_a_known_category():
     known = set(categories())
-    assert {c.category for c in CUES} <= known
+    assert {c.category for c in cues()} <= known

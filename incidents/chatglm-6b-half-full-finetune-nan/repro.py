@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -13,14 +13,6 @@ from kb.repro.tiny import tiny_causal_lm, token_batch
 class HalfWeightsAdamCheck(ReproCheck):
     """Faulty: model.half() + AdamW (weights and moments fp16); fixed: fp32 weights with bf16 autocast."""
 
-    incident_id = "chatglm-6b-half-full-finetune-nan"
-    defaults: ClassVar[dict[str, Any]] = {"weights_dtype": "fp16", "finetuning_type": "full", "learning_rate": 1e-5}
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        wd = settings.get("weights_dtype")
-        if wd is None:
-            return None, "weight storage dtype unknown"
-        return wd == "fp16", f"trainable weights stored in {wd}"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         model = tiny_causal_lm("llama", device=device, vocab_size=64, hidden_size=32, intermediate_size=64)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -12,14 +12,6 @@ from kb.repro.harness import ReproCheck, cli_main, grad_norm, num
 class Fp16WeightsTinyLrCheck(ReproCheck):
     """Faulty: fp16 embedding + head updated by AdamW at lr 5e-7; fixed: the same in fp32."""
 
-    incident_id = "chatglm2-6b-int4-full-finetune-nan"
-    defaults: ClassVar[dict[str, Any]] = {"weights_dtype": "fp16", "learning_rate": 5e-7, "finetuning_type": "full"}
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        wd = settings.get("weights_dtype")
-        if wd is None:
-            return None, "weight storage dtype unknown"
-        return wd == "fp16", f"trainable weights stored in {wd}; the learning rate does not matter"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         dtype = torch.float32 if fixed or settings.get("weights_dtype") != "fp16" else torch.float16

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -14,11 +14,6 @@ from kb.repro.tiny import tiny_causal_lm, token_batch
 class HighLrCheck(ReproCheck):
     """Faulty: SGD-momentum step 20 (spike then NaN); fixed: step 0.2."""
 
-    incident_id = "chatglm2-6b-lora-lr-too-high-nan"
-    defaults: ClassVar[dict[str, Any]] = {"precision": "fp32", "learning_rate": 20.0}
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        return None, "a safe learning rate depends on model, optimiser and data; the run shows the divergence"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         lr = float(settings.get("learning_rate") or 20.0) / (100.0 if fixed else 1.0)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -13,15 +13,7 @@ from kb.repro.harness import ReproCheck, cli_main, num
 class SingletonGroupStdCheck(ReproCheck):
     """Faulty: four prompts with one completion each; fixed: the same prompts with two completions each."""
 
-    incident_id = "cppo-grpo-singleton-group-std-nan"
-    defaults: ClassVar[dict[str, Any]] = {"algorithm": "grpo", "num_generations": 1}
     watch = ("reward_std", "loss", "grad_norm")
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        n = settings.get("num_generations")
-        if n is None:
-            return None, "group size (num_generations x repeat) unknown"
-        return int(n) < 2, f"reward groups of {n} completion(s)"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         group = max(2, int(settings.get("num_generations") or 1)) if fixed else int(settings.get("num_generations") or 1)

@@ -3,7 +3,7 @@ empty slice (NaN) on left-padded batches; ending answers where the attention mas
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -50,21 +50,7 @@ def pair_loss(chosen: torch.Tensor, rejected: torch.Tensor, rc: torch.Tensor, rr
 class RewardModelLeftPadding(ReproCheck):
     """Two chosen/rejected pairs scored by a tiny per-token value head, padded on the tokenizer's side."""
 
-    incident_id = "deepspeed-chat-rm-left-padding-nan"
-    defaults: ClassVar[dict[str, Any]] = {"algorithm": "RM", "model": "bloom-560m"}
     frameworks = ("deepspeed",)
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        algo = str(settings.get("algorithm") or "").lower()
-        if algo and algo != "rm":
-            return False, f"algorithm {settings['algorithm']!r} does not train a pairwise reward model"
-        side = padding_side(settings)
-        if side == "left":
-            return True, (f"{settings.get('model') or 'the'} tokenizer pads on the left: the first PAD is at position "
-                          f"0, before the answers diverge, so the loss averages an empty slice")
-        if side == "right":
-            return False, "right padding: the first PAD is where the answer ends"
-        return None, f"depends on the tokenizer's padding side, not known for model {settings.get('model')!r}"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         side = padding_side(settings) or "right"

@@ -6,7 +6,7 @@ loss scaler and train with a finite pairwise loss."""
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -55,20 +55,8 @@ class TinyRewardModel(torch.nn.Module):
 class LossScaleFloor(ReproCheck):
     """Pairwise reward loss (chosen vs rejected) trained with DeepSpeed's fp16 loss-scaling rule, up to 40 steps."""
 
-    incident_id = "deepspeed-chat-rm-loss-scale-min"
-    defaults: ClassVar[dict[str, Any]] = {"algorithm": "RM", "precision": "fp16", "zero_stage": 3,
-                                          "learning_rate": 1e-10}
     watch = ("loss",)
     frameworks = ("deepspeed",)
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        p = settings.get("precision")
-        if p in ("bf16", "fp32"):
-            return False, f"{p}: DeepSpeed uses no dynamic loss scaler, so there is no scale to exhaust"
-        if p == "fp16":
-            return None, ("fp16 loss scaling reaches its floor only if gradients are non-finite on nearly every "
-                          "step (forward overflow, or a loss that is NaN from the start)")
-        return None, "precision unknown"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         dt = torch.bfloat16 if fixed else torch_dtype(settings.get("precision"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -80,12 +80,8 @@ def bucketed_allreduce(rank_grads: list[torch.Tensor], next_labels: torch.Tensor
 class Zero2CorruptedReduction(ReproCheck):
     """Four simulated ranks, one SGD step: bucket reused before its queued reduction ran (faulty) vs waited for (fixed)."""
 
-    incident_id = "deepspeed-zero2-grad-norm-nan"
-    defaults: ClassVar[dict[str, Any]] = {"zero_stage": 2, "deepspeed_version": "0.13.5", "overlap_comm": True,
-                                          "micro_batch_size": 8, "learning_rate": 2e-5}
     frameworks = ("deepspeed",)
     watch = ("grad_norm", "loss_after_step")
-    gpu_only_effect = True  # the real defect is a race between CUDA streams / NCCL buckets on several GPUs
 
     def settings_from_facts(self, facts: dict[str, Any]) -> dict[str, Any]:
         s = super().settings_from_facts(facts)
@@ -93,26 +89,6 @@ class Zero2CorruptedReduction(ReproCheck):
             if key in facts:
                 s[key] = facts[key]
         return s
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        stage = settings.get("zero_stage")
-        if stage is not None and stage != 2:
-            return False, f"ZeRO stage {stage}: only ZeRO-2's bucketed reduction is affected (ZeRO-3 and one GPU were fine)"
-        if settings.get("overlap_comm") is False:
-            return False, "overlap_comm is off: each reduction finishes before its bucket is reused"
-        if settings.get("use_multi_rank_bucket_allreduce") is False:
-            return False, "use_multi_rank_bucket_allreduce is off, the 0.12.4 workaround"
-        if settings.get("num_gpus") == 1 and not settings.get("num_nodes"):
-            return False, "one GPU: there is no cross-rank reduction to race"
-        ver = version_tuple(settings.get("deepspeed_version") or "")
-        if ver is None:
-            return None, "DeepSpeed version unknown: the regression starts at 0.12.4"
-        if ver < FIRST_BAD:
-            return False, f"DeepSpeed {settings['deepspeed_version']} predates the 0.12.4 regression"
-        if stage is None:
-            return None, f"DeepSpeed {settings['deepspeed_version']} is in the affected window but the ZeRO stage is unknown"
-        return True, (f"ZeRO-2 on DeepSpeed {settings['deepspeed_version']} (>= 0.12.4, still reported on 0.16.4) with "
-                      f"overlap_comm={settings.get('overlap_comm')}; the defect is timing-dependent, so not every run fails")
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         racy = not fixed and self.triggers(settings)[0] is not False

@@ -3,7 +3,7 @@ is recycled by the caching allocator and overwritten; record_stream (DeepSpeed P
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -46,22 +46,8 @@ def reduced_sum(device: str, overlap: bool, record: bool) -> float:
 class ZeroOverlapBufferRecycle(ReproCheck):
     """Bucket reduced on a side stream, freed on the compute stream, block reused by the next allocation."""
 
-    incident_id = "deepspeed-zero2-overlap-comm-buffer-recycle"
-    defaults: ClassVar[dict[str, Any]] = {"zero_stage": 2, "overlap_comm": True}
     watch = ("reduced_sum",)
     frameworks = ("deepspeed",)
-    gpu_only_effect = True
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        stage, overlap = settings.get("zero_stage"), settings.get("overlap_comm")
-        if overlap is False:
-            return False, "overlap_comm is off: reductions run on the compute stream, so a freed bucket is not in use"
-        if stage is not None and stage not in (1, 2):
-            return False, f"ZeRO stage {stage} does not use allreduce_and_copy's bucket path"
-        if stage is None or overlap is None:
-            return None, "zero_stage / overlap_comm unknown"
-        return True, (f"ZeRO-{stage} with overlap_comm queues allreduce_and_copy on a side stream without "
-                      f"record_stream (DeepSpeed before PR #7965)")
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         if not device.startswith("cuda"):

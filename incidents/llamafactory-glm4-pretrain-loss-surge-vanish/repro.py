@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -14,11 +14,6 @@ from kb.repro.tiny import tiny_causal_lm, token_batch
 class Bf16LrSurgeCheck(ReproCheck):
     """Faulty: SGD step 50 under bf16 autocast; fixed: step 0.5. Shows the lr reading of a disputed incident."""
 
-    incident_id = "llamafactory-glm4-pretrain-loss-surge-vanish"
-    defaults: ClassVar[dict[str, Any]] = {"precision": "bf16", "learning_rate": 50.0, "finetuning_type": "full"}
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        return None, "disputed incident: lr divergence vs the ZeRO-2 overlap_comm defect; the run shows the lr reading"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         lr = float(settings.get("learning_rate") or 50.0) / (100.0 if fixed else 1.0)

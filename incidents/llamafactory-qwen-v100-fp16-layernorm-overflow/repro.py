@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -13,15 +13,7 @@ from kb.repro.tiny import token_batch
 class Fp16NormOverflowCheck(ReproCheck):
     """Faulty: residual add + RMSNorm in fp16; fixed: the same path upcast to fp32 (--upcast_layernorm / bf16)."""
 
-    incident_id = "llamafactory-qwen-v100-fp16-layernorm-overflow"
-    defaults: ClassVar[dict[str, Any]] = {"precision": "fp16", "gpu": "V100"}
     watch = ("loss", "max_abs_hidden")
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        p = settings.get("precision")
-        if p is None:
-            return None, "precision unknown"
-        return p == "fp16", f"compute precision {p}"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         dtype = torch.float32 if fixed or settings.get("precision") != "fp16" else torch.float16

@@ -5,7 +5,7 @@ The fp16 NaN gradients of the report are not reproduced here; the check measures
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -40,8 +40,6 @@ def shift_attention(x: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, wv: tor
 class ShiftBackConcat(ReproCheck):
     """Gradient of output position t with respect to inputs at positions > t (must be 0 for causal attention)."""
 
-    incident_id = "llamafactory-s2-attn-fp16-grad-nan"
-    defaults: ClassVar[dict[str, Any]] = {"algorithm": "SFT", "shift_attn": True, "precision": "fp16"}
     watch = ()
     frameworks = ("llamafactory",)
 
@@ -50,12 +48,6 @@ class ShiftBackConcat(ReproCheck):
 
     def dtype(self, settings: dict[str, Any]) -> str:
         return "fp32"  # the layout defect is dtype-independent; fp32 keeps the measurement exact
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        if not settings.get("shift_attn"):
-            return False, "shift_attn is off: the LongLoRA patch is not applied"
-        return None, ("shift_attn on: affected when the LLaMA-Factory build predates commit a793e84 (2024-06-10); "
-                      "the version decides, not the settings")
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         heads, hidden, q_len, group = 4, 32, 16, 4

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -28,15 +28,7 @@ def _attn_grad_norm(device: str, backends: list[Any] | None) -> float:
 class SdpaBackendCheck(ReproCheck):
     """Faulty: whichever fused SDPA backend this GPU picks (flash / efficient / cuDNN); fixed: the math backend."""
 
-    incident_id = "llamafactory-sdpa-deepspeed-step0-grad-nan"
-    defaults: ClassVar[dict[str, Any]] = {"attn_implementation": "sdpa", "precision": "bf16"}
     watch = ("grad_norm",)
-    gpu_only_effect = True
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        if settings.get("attn_implementation") not in (None, "sdpa"):
-            return False, f"attention is {settings.get('attn_implementation')}, not SDPA"
-        return None, "depends on the SDPA backend this GPU / driver / torch build selects"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         if not device.startswith("cuda"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -24,9 +24,6 @@ def _version(text: Any) -> tuple[int, ...] | None:
 class DPOSequenceParallelNLL(ReproCheck):
     """One chosen/rejected pair cut into sequence_parallel_size shards; per-shard NLL mean vs global-count sum."""
 
-    incident_id = "ms-swift-dpo-sp-nll-nan"
-    defaults: ClassVar[dict[str, Any]] = {"algorithm": "DPO", "rpo_alpha": 1.0, "sequence_parallel_size": 4,
-                                          "max_length": 8192, "beta": 0.1}
     watch = ("nll_loss", "loss")  # cross_entropy over zero labels back-propagates zeros: grad_norm stays finite
     frameworks = ("ms-swift",)
 
@@ -35,20 +32,6 @@ class DPOSequenceParallelNLL(ReproCheck):
         if facts.get("framework_version") and facts.get("framework") in (None, "ms-swift"):
             s["framework_version"] = facts["framework_version"]  # versions >= 3.4.1 carry the fix
         return s
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        sp, alpha = settings.get("sequence_parallel_size"), settings.get("rpo_alpha")
-        if sp is None:
-            return None, "sequence_parallel_size unknown"
-        if sp <= 1:
-            return False, "no sequence parallelism: every sample keeps its response labels on one rank"
-        if not alpha:
-            return False, "rpo_alpha is 0: no NLL term to average (the DPO term sums log-probs, 0 is finite)"
-        v = _version(settings.get("framework_version"))
-        if v is not None and v >= FIXED_IN:
-            return False, f"ms-swift {settings['framework_version']} reduces the NLL by the global label count"
-        return True, (f"sequence_parallel_size {sp} with rpo_alpha {alpha}: a sample whose prompt covers a whole "
-                      f"shard (>= 1/{sp} of its tokens) leaves that rank with no labels")
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         sp, alpha, beta = int(settings["sequence_parallel_size"]), float(settings["rpo_alpha"]), float(settings["beta"])

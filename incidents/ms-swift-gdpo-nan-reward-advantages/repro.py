@@ -3,7 +3,7 @@ makes every advantage of the batch NaN; nanmean/nanstd plus nan_to_num keep them
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -36,16 +36,7 @@ def gdpo_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, nan_a
 class GDPONaNReward(ReproCheck):
     """GDPO advantages of 8 samples x 2 reward functions with one NaN reward, then one policy-gradient step."""
 
-    incident_id = "ms-swift-gdpo-nan-reward-advantages"
-    defaults: ClassVar[dict[str, Any]] = {"algorithm": "GRPO"}
     frameworks = ("ms-swift",)
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        algo = str(settings.get("algorithm") or "").lower()
-        if algo and algo != "grpo":
-            return False, f"algorithm {settings['algorithm']!r} has no GDPO reward scaling"
-        return None, ("needs scale_rewards='gdpo' (no canonical fact records it) and a reward function that returns "
-                      "None for some sample (look for rewards/<func>/mean: nan)")
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         torch.manual_seed(0)

@@ -5,7 +5,7 @@ skips an empty class and stays finite. Not Qwen2-specific."""
 from __future__ import annotations
 
 import copy
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -34,23 +34,8 @@ def default_kto(pc: torch.Tensor, pr: torch.Tensor, rc: torch.Tensor, rr: torch.
 class VanillaKTOOneSidedBatch(ReproCheck):
     """KTO loss on micro-batches of micro_batch_size unpaired samples: one-sided vs alternating composition."""
 
-    incident_id = "openrlhf-kto-vanilla-loss-nan"
-    defaults: ClassVar[dict[str, Any]] = {"algorithm": "KTO", "vanilla_loss": True, "micro_batch_size": 2,
-                                          "beta": 0.1, "max_length": 8192}
     watch = ("loss", "grad_norm")
     frameworks = ("openrlhf",)
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        mb = settings.get("micro_batch_size")
-        if not settings.get("vanilla_loss"):
-            return False, "the default KTO loss skips an empty class and takes KL from mismatched pairs"
-        if mb is None:
-            return None, "micro-batch size unknown"
-        if mb <= 1:
-            return True, "micro-batch 1 holds a single class, so the other class's mean is over nothing, every step"
-        return None, (f"micro-batch {mb} is NaN only when one micro-batch holds a single class; OpenRLHF's sampler "
-                      f"alternates desirable/undesirable samples, so this is unconfirmed at these settings "
-                      f"(it does trigger with unbalanced data or another sampler)")
 
     def _batch_loss(self, policy: torch.nn.Module, ref: torch.nn.Module, seqs: list[torch.Tensor],
                     desirable: list[bool], beta: float, vanilla: bool) -> torch.Tensor:

@@ -5,7 +5,7 @@ it appears (a dedicated special token) keeps the loss finite."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -49,9 +49,6 @@ class PrmPlaceholderMismatch(ReproCheck):
     """PRM loss on two 3-step solutions: placeholder id looked up alone vs the id the data holds (faulty) or a
     placeholder that tokenizes to one id everywhere (fixed)."""
 
-    incident_id = "openrlhf-prm-placeholder-token-mismatch-nan"
-    defaults: ClassVar[dict[str, Any]] = {"algorithm": "RM", "placeholder_token": "ки",
-                                          "max_length": 8192}
     frameworks = ("openrlhf",)
 
     def settings_from_facts(self, facts: dict[str, Any]) -> dict[str, Any]:
@@ -60,16 +57,6 @@ class PrmPlaceholderMismatch(ReproCheck):
             if key in facts:
                 s[key] = facts[key]
         return s
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        match = settings.get("placeholder_matches")
-        if match is True:
-            return False, "the placeholder id occurs in the tokenized data, so every sample has supervised positions"
-        if match is False:
-            return True, "the placeholder id never occurs in the tokenized data: the PRM loss averages over 0 positions"
-        tok = settings.get("placeholder_token")
-        return None, (f"depends on the tokenizer: check that tokenizer(text) contains the id of {tok!r} at every step end "
-                      "(a leading space or a merge with the next character changes the id)")
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         mismatch = settings.get("placeholder_matches") is not True and not fixed

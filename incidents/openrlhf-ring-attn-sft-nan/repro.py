@@ -4,7 +4,7 @@ all-ignored shard) keeps the loss finite."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -25,19 +25,8 @@ def shard_loss(logits: torch.Tensor, labels: torch.Tensor, guarded: bool) -> tor
 class RingShardAllIgnored(ReproCheck):
     """One SFT sample with a long masked prompt, cut into ring_attn_size shards; per-shard loss summed (all-reduce)."""
 
-    incident_id = "openrlhf-ring-attn-sft-nan"
-    defaults: ClassVar[dict[str, Any]] = {"algorithm": "SFT", "sequence_parallel_size": 4}
     watch = ("loss", "grad_norm")
     frameworks = ("openrlhf",)
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        sp = settings.get("sequence_parallel_size")
-        if sp is None:
-            return None, "ring_attn_size unknown"
-        if int(sp) <= 1:
-            return False, "ring size 1: the loss sees the whole sequence, which has supervised tokens"
-        return None, (f"ring size {sp}: a sample whose prompt or padding covers a whole 1/{sp} of the sequence "
-                      f"leaves that shard without labels; it depends on the data (and PR #583 guards it)")
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         sp = max(1, int(settings.get("sequence_parallel_size") or 4))

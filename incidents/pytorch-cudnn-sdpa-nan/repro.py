@@ -7,7 +7,7 @@ so a CUDA run shows the backend class of failure, not necessarily that exact bug
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -40,26 +40,13 @@ def _grad_q_nonfinite(device: str, backend: Any | None) -> tuple[int, float]:
 class CudnnSdpaBackward(ReproCheck):
     """Faulty: SDPBackend.CUDNN_ATTENTION (what torch 2.5.0 chose first on H100); fixed: EFFICIENT_ATTENTION."""
 
-    incident_id = "pytorch-cudnn-sdpa-nan"
-    defaults: ClassVar[dict[str, Any]] = {"torch_version": "2.5.0", "gpu": "H100"}
     watch = ("grad_norm",)
-    gpu_only_effect = True
 
     def failed(self, evidence: dict[str, Any]) -> bool:
         return super().failed(evidence) or int(evidence.get("grad_q_nonfinite") or 0) > 0
 
     def dtype(self, settings: dict[str, Any]) -> str:
         return "bf16"
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        ver = str(settings.get("torch_version") or "")
-        parts = tuple(int(x) for x in ver.split("-")[0].split(".")[:3] if x.isdigit())
-        if parts[:2] == (2, 5) and parts[2:3] == (0,):
-            return True, f"torch {ver} prefers the cuDNN SDPA backend on H100-class GPUs"
-        if parts and parts < (2, 5, 0):
-            return False, f"torch {ver} has no default cuDNN SDPA backend"
-        return None, ("cuDNN SDPA is opt-in from 2.5.1 but can be selected explicitly or by newer builds on "
-                      "SM90/SM100; the GPU run decides")
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         if not device.startswith("cuda"):

@@ -6,7 +6,7 @@ path, keeps every row finite."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -60,25 +60,7 @@ def batch(device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 class SdpaFullyMaskedRow(ReproCheck):
     """A padded two-sample batch through two attention layers: -inf mask (faulty) vs finfo.min bias (fixed)."""
 
-    incident_id = "pytorch-sdpa-fully-masked-padding-row-nan"
-    defaults: ClassVar[dict[str, Any]] = {"attn_implementation": "sdpa", "torch_version": "2.0.1", "precision": "fp32"}
     frameworks = ("torch",)
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        attn = settings.get("attn_implementation")
-        if attn in ("flash_attention_2", "flash_attention_3"):
-            return False, f"{attn} removes padding before attention (varlen), so no row is fully masked"
-        if settings.get("micro_batch_size") == 1 and not settings.get("padding"):
-            return False, "batch size 1 without padding: no padded query rows"
-        tv = settings.get("torch_version")
-        if attn == "sdpa" and tv:
-            if version_tuple(tv) < (2, 5):
-                return True, f"torch {tv}: SDPA's math path returns NaN for a query row with every key masked"
-            return None, (f"torch {tv}: the SDPA math path uses a safe softmax (0 for fully masked rows); fused CUDA "
-                          "backends and hand-written masks may still produce NaN")
-        if attn == "eager":
-            return None, "eager attention: NaN only if the mask uses -inf (or finfo.min is cast to a lower dtype as -inf)"
-        return None, "attention implementation or torch version unknown"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         torch.manual_seed(0)

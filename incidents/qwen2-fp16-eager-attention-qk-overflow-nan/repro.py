@@ -6,7 +6,7 @@ finite on the same inputs."""
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -36,23 +36,8 @@ def causal_mask(device: str) -> torch.Tensor:
 class Fp16EagerQkOverflow(ReproCheck):
     """One attention head on outlier q/k: fp16 eager (matmul then scale) vs query pre-scaled as in SDPA / FA2."""
 
-    incident_id = "qwen2-fp16-eager-attention-qk-overflow-nan"
-    defaults: ClassVar[dict[str, Any]] = {"model": "Qwen2-7B-Instruct", "precision": "fp16",
-                                          "attn_implementation": "eager"}
     watch = ("max_abs_score", "attn_out_abs_max", "loss", "grad_norm")
     frameworks = ("transformers",)
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        prec, attn = settings.get("precision") or settings.get("weights_dtype"), settings.get("attn_implementation")
-        if prec in ("bf16", "fp32"):
-            return False, f"{prec} has fp32's exponent range: a 1e5 dot product does not overflow"
-        if attn in FUSED:
-            return False, f"{attn} scales the query before the product (and accumulates in fp32), so it stays in range"
-        if prec == "fp16" and attn == "eager":
-            return True, "fp16 eager attention forms Q @ K^T before dividing by sqrt(head_dim); large q/k overflow to inf"
-        if prec == "fp16":
-            return None, "fp16 in use but the attention implementation is unknown (eager overflows, sdpa / FA2 do not)"
-        return None, "precision unknown"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         dtype = torch_dtype(settings.get("precision") or "fp16")

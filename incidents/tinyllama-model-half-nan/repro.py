@@ -4,7 +4,7 @@ later loss is NaN (logged as 0.0 by the HF Trainer). fp32 weights with fp16 mixe
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -15,17 +15,7 @@ from kb.repro.tiny import tiny_causal_lm, token_batch
 class HalfWeightsAdamW(ReproCheck):
     """A tiny Llama trained 2 steps with AdamW: weights fp16 (.half()) vs fp32 weights under fp16 autocast."""
 
-    incident_id = "tinyllama-model-half-nan"
-    defaults: ClassVar[dict[str, Any]] = {"algorithm": "SFT", "weights_dtype": "fp16", "learning_rate": 2e-5}
     watch = ("loss", "grad_norm")
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        wd = settings.get("weights_dtype")
-        if wd == "fp16":
-            return True, "trainable weights are fp16 (model.half() / torch_dtype float16): no fp32 master copy"
-        if wd in ("fp32", "bf16"):
-            return False, f"trainable weights are {wd}"
-        return None, "dtype of the trainable weights unknown"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         lr = float(settings.get("learning_rate") or 2e-5)

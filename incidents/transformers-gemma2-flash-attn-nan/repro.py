@@ -6,7 +6,7 @@ in PyTorch; the real kernel is CUDA-only."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -45,30 +45,11 @@ def eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 class GemmaSoftcapBackward(ReproCheck):
     """One attention head whose raw logits reach a few hundred (beyond the cap of 50): gradient of q, k, v."""
 
-    incident_id = "transformers-gemma2-flash-attn-nan"
-    defaults: ClassVar[dict[str, Any]] = {"model_family": "gemma2", "attn_implementation": "flash_attention_2",
-                                          "flash_attn_version": "2.6.1", "precision": "bf16"}
     watch = ("grad_norm",)
-    gpu_only_effect = True
     frameworks = ("flash-attn",)
 
     def dtype(self, settings: dict[str, Any]) -> str:
         return "fp32"  # the overflow is exp() of (raw - capped) logits; fp32 shows it, bf16 only sooner
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        impl = str(settings.get("attn_implementation") or "")
-        fam = str(settings.get("model_family") or "")
-        if impl and impl != "flash_attention_2":
-            return False, f"attn_implementation {impl}: the soft-cap is differentiated by PyTorch"
-        if fam and fam not in ("gemma2", "gemma-2"):
-            return False, f"model family {fam} has no attention soft-capping"
-        ver = str(settings.get("flash_attn_version") or "")
-        parts = tuple(int(x) for x in ver.split(".")[:3] if x.isdigit())
-        if parts and parts >= (2, 6, 2):
-            return False, f"flash-attn {ver} implements the soft-cap backward"
-        if parts:
-            return True, f"flash-attn {ver} < 2.6.2 with Gemma-2: soft-capping is not supported in the backward pass"
-        return None, "flash-attn version unknown"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         g = torch.Generator().manual_seed(0)

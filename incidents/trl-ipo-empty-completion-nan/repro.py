@@ -5,7 +5,7 @@ for the completion) keeps the IPO loss finite; the sigmoid loss on the same batc
 from __future__ import annotations
 
 import tempfile
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -27,10 +27,7 @@ LENGTH_AVERAGED = {"ipo", "simpo", "sigmoid_norm"}
 class IPOEmptyCompletion(ReproCheck):
     """IPO on a batch with one normal pair and one pair whose prompt alone reaches max_length."""
 
-    incident_id = "trl-ipo-empty-completion-nan"
     # The thread gives no lengths; a prompt budget equal to max_length is the configuration that empties completions.
-    defaults: ClassVar[dict[str, Any]] = {"loss_type": "ipo", "max_length": 1024, "max_prompt_length": 1024,
-                                          "beta": 0.1}
     frameworks = ("trl",)
 
     def settings_from_facts(self, facts: dict[str, Any]) -> dict[str, Any]:
@@ -40,19 +37,6 @@ class IPOEmptyCompletion(ReproCheck):
         if facts.get("average_log_prob"):
             s["average_log_prob"] = True
         return s
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        averaged = str(settings.get("loss_type", "")).lower() in LENGTH_AVERAGED or bool(settings.get("average_log_prob"))
-        if not averaged:
-            return False, f"loss_type {settings.get('loss_type')!r} sums log-probs: an empty completion gives 0, not NaN"
-        ml, mpl = settings.get("max_length"), settings.get("max_prompt_length")
-        if ml is None:
-            return None, "max_length unknown"
-        if mpl is None:
-            return None, "no prompt budget: any prompt of max_length tokens or more leaves no completion token"
-        if mpl >= ml:
-            return True, f"max_prompt_length {mpl} >= max_length {ml}: a long prompt keeps 0 completion tokens"
-        return False, f"every truncated pair keeps at least {ml - mpl} completion tokens"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         ml = int(settings["max_length"])

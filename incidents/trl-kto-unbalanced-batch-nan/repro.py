@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -24,24 +24,11 @@ def side_mean(x: torch.Tensor, guarded: bool) -> torch.Tensor:
 class KTOEmptySide(ReproCheck):
     """Micro-batches drawn from 2k desirable / 10k undesirable examples; per-side rewards and KTO loss."""
 
-    incident_id = "trl-kto-unbalanced-batch-nan"
-    defaults: ClassVar[dict[str, Any]] = {"algorithm": "KTO", "micro_batch_size": 2, "beta": 0.1}
     # The back-propagated loss concatenates both sides and stays finite here; how the reporter's logged loss became
     # NaN is not established, so the check judges the per-side statistics.
     watch = ("rewards_chosen", "rewards_rejected", "logps_chosen")
     frameworks = ("trl",)
     desirable_fraction = 2 / 12  # the reporter's test: 2k desirable vs 10k undesirable
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        n = settings.get("micro_batch_size")
-        if n is None:
-            return None, "per-device batch size unknown"
-        d = self.desirable_fraction
-        p_missing = d ** int(n) + (1 - d) ** int(n)
-        if p_missing >= 0.01:
-            return True, (f"micro-batch {n} at a {d:.0%} desirable share lacks one class with probability "
-                          f"{p_missing:.1%} per step")
-        return False, f"micro-batch {n}: a class is missing with probability {p_missing:.2%} per step"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         n = max(1, int(settings.get("micro_batch_size") or 2))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from types import SimpleNamespace
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -39,21 +39,8 @@ def log1mexp(x: torch.Tensor) -> torch.Tensor:
 class ORPOBf16LogOdds(ReproCheck):
     """ORPO odds-ratio term on confident logits: model-dtype log-probs + log1p(-exp) vs fp32 + log1mexp."""
 
-    incident_id = "trl-orpo-log1p-backward-nan"
-    defaults: ClassVar[dict[str, Any]] = {"algorithm": "ORPO", "precision": "bf16"}
     watch = ("log_odds", "loss", "grad_norm")
     frameworks = ("trl",)
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        algo, prec = str(settings.get("algorithm") or "").lower(), settings.get("precision")
-        if algo and algo != "orpo":
-            return False, f"algorithm {settings['algorithm']!r} has no odds-ratio term"
-        if prec is None or prec == "auto":
-            return None, "precision unknown: bf16 / fp16 log-probs of a confident policy round to exactly 0"
-        if prec in LOW_PRECISION:
-            return True, (f"{prec} log-probs of tokens the policy is sure of round to exactly 0, and "
-                          f"log1p(-exp(0)) = log(0) makes the log-odds and their gradient NaN")
-        return False, f"{prec} log-probs stay below 0 unless the policy is near-certain of every token (margin > ~16)"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         dtype = torch_dtype(settings.get("precision"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -43,9 +43,6 @@ def _train(model: torch.nn.Module, params: list[torch.nn.Parameter], optim: str,
 class RewardHeadFp16AdamW(ReproCheck):
     """A tiny Qwen2 sequence classifier (reward model): frozen backbone, trainable `score` head."""
 
-    incident_id = "trl-reward-lora-fp16-head-nan"
-    defaults: ClassVar[dict[str, Any]] = {"algorithm": "RM", "weights_dtype": "fp16", "use_peft": True,
-                                          "lora_task_type": "SEQ_CLS", "gradient_accumulation_steps": 32}
     frameworks = ("peft", "trl")
 
     def settings_from_facts(self, facts: dict[str, Any]) -> dict[str, Any]:
@@ -53,18 +50,6 @@ class RewardHeadFp16AdamW(ReproCheck):
         if facts.get("optim"):
             s["optim"] = facts["optim"]
         return s
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        w, optim = settings.get("weights_dtype"), str(settings.get("optim") or "")
-        if w is None:
-            return None, "the dtype the model is loaded in (torch_dtype) is unknown"
-        if w != "fp16":
-            return False, f"weights loaded as {w}: the trainable head is not fp16"
-        if "fused" in optim:
-            return False, (f"optim {optim} computes AdamW in fp32, which hides the NaN; the head is still fp16 "
-                           "(load with torch_dtype auto to fix it)")
-        return True, (f"torch_dtype half leaves the trainable score head in fp16 and optim {optim or 'adamw_torch'} "
-                      "updates it in fp16 (eps 1e-8 -> 0): inf after step 1, NaN from step 2")
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         dtype = torch.float32 if fixed else torch_dtype(settings.get("weights_dtype"))

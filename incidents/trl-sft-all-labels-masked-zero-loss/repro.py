@@ -5,7 +5,7 @@ fully-masked examples)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -19,22 +19,10 @@ IGNORE = -100
 class CompletionOnlyTruncation(ReproCheck):
     """A batch of prompt-completion samples truncated to max_length with completion_only_loss."""
 
-    incident_id = "trl-sft-all-labels-masked-zero-loss"
     # The report sweeps max_length 128 -> 16 over ~35-token prompts; 16 is the failing end.
-    defaults: ClassVar[dict[str, Any]] = {"algorithm": "SFT", "completion_only_loss": True, "max_length": 16,
-                                          "micro_batch_size": 8}
     watch = ("raw_loss", "grad_norm")
     frameworks = ("trl",)
     prompt_len = 35
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        if settings.get("completion_only_loss") is False:
-            return False, "every token is labelled: truncation always leaves labels"
-        ml = settings.get("max_length")
-        if ml is None:
-            return None, "max_length unknown"
-        return None, (f"max_length {ml}: samples whose prompt has >= {ml} tokens keep no completion label; "
-                      f"whether a whole batch is like that depends on the data's prompt lengths")
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         ml = int(settings["max_length"])

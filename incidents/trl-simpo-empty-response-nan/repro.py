@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -38,9 +38,6 @@ def truncate(prompt: list[int], response: list[int], max_length: int, max_prompt
 class SimPOEmptyResponse(ReproCheck):
     """SimPO loss on a batch holding one sample longer than max_length (TRL CPOTrainer, loss_type simpo)."""
 
-    incident_id = "trl-simpo-empty-response-nan"
-    defaults: ClassVar[dict[str, Any]] = {"algorithm": "SimPO", "loss_type": "simpo", "max_length": 2048, "max_prompt_length": 2048,
-                                         "beta": 2.0}
     frameworks = ("trl",)
 
     def settings_from_facts(self, facts: dict[str, Any]) -> dict[str, Any]:
@@ -48,17 +45,6 @@ class SimPOEmptyResponse(ReproCheck):
         if "loss_type" not in s and str(facts.get("algorithm", "")).lower() == "simpo":
             s["loss_type"] = "simpo"
         return s
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        ml, mpl = settings.get("max_length"), settings.get("max_prompt_length")
-        normalised = settings.get("loss_type") in LENGTH_NORMALISED or bool(settings.get("average_log_prob"))
-        if not normalised:
-            return False, f"loss_type {settings.get('loss_type')!r} sums log-probs: an empty response gives 0, not NaN"
-        if ml is None or mpl is None:
-            return None, "max_length / max_prompt_length unknown"
-        if mpl >= ml:
-            return True, f"max_prompt_length {mpl} >= max_length {ml}: any sample longer than {ml} tokens keeps 0 response tokens"
-        return False, f"every truncated sample keeps {ml - mpl} response tokens"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         ml, mpl = int(settings["max_length"]), int(settings["max_prompt_length"])

@@ -7,7 +7,7 @@ on a real checkpoint and is not reproduced here."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -58,9 +58,6 @@ def untrained_ids(m: TinyLoraLM, ids: torch.Tensor) -> list[int]:
 class UntrainedTemplateTokens(ReproCheck):
     """60 AdamW steps on two Llama-3-templated samples: LoRA only vs mean-initialised, trained embed/lm_head."""
 
-    incident_id = "unsloth-llama3-untrained-tokens-nan"
-    defaults: ClassVar[dict[str, Any]] = {"model": "meta-llama/Meta-Llama-3-8B", "algorithm": "SFT",
-                                          "use_peft": True, "trainable_embeddings": False}
     watch = ("eot_loss",)
     frameworks = ("unsloth", "peft")
 
@@ -69,16 +66,6 @@ class UntrainedTemplateTokens(ReproCheck):
         if facts.get("errors"):
             s["errors"] = list(facts["errors"])  # unsloth's own untrained-token error settles the question
         return s
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        if settings.get("use_peft") is False:
-            return False, "full fine-tuning trains every embedding / lm_head row"
-        if settings.get("trainable_embeddings"):
-            return False, "embed_tokens and lm_head are trained, so the template tokens' rows are learned"
-        if "untrained_tokens" in (settings.get("errors") or []):
-            return True, "unsloth reported untrained tokens in the data, and LoRA keeps their rows frozen"
-        return None, (f"LoRA with frozen embeddings: triggers when the chat template uses tokens that "
-                      f"{settings.get('model') or 'the base model'} never trained (Llama-3 headers on the base model or Hermes 3)")
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         threads = torch.get_num_threads()

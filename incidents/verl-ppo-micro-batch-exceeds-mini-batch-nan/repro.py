@@ -7,7 +7,7 @@ the reported 8 and 2 are used."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -45,26 +45,7 @@ def update(device: str, mini: int, micro: int) -> dict[str, Any]:
 class VerlMicroExceedsMini(ReproCheck):
     """Actor update with ppo_micro_batch_size_per_gpu against the per-GPU mini-batch at num_gpus ranks."""
 
-    incident_id = "verl-ppo-micro-batch-exceeds-mini-batch-nan"
-    defaults: ClassVar[dict[str, Any]] = {"framework": "verl", "algorithm": "GRPO", "num_gpus": 4,
-                                          "micro_batch_size": 8}
     frameworks = ("verl",)
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        fw = str(settings.get("framework") or "").lower()
-        if fw and fw != "verl":
-            return False, f"{settings['framework']} does not derive accumulation as verl's mini // micro"
-        micro, gpus = settings.get("micro_batch_size"), settings.get("num_gpus")
-        if micro is None or gpus is None:
-            return None, "ppo_micro_batch_size_per_gpu / number of GPUs unknown"
-        dp = int(gpus) * int(settings.get("num_nodes") or 1) // max(1, int(settings.get("sequence_parallel_size") or 1))
-        if "ppo_mini_batch_size" in settings and "rollout_n" in settings:
-            mini = per_gpu_mini(settings)
-            if micro > mini:
-                return True, f"micro-batch {micro} > per-GPU mini-batch {mini} on {dp} ranks: accumulation {mini // micro}"
-            return False, f"micro-batch {micro} <= per-GPU mini-batch {mini} on {dp} ranks"
-        return None, (f"micro-batch {micro} on {dp} data-parallel ranks gives accumulation 0 when "
-                      f"ppo_mini_batch_size * rollout.n < {micro * dp} (neither is a canonical fact)")
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         micro, mini = int(settings["micro_batch_size"]), per_gpu_mini(settings)

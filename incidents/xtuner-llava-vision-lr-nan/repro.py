@@ -5,7 +5,7 @@ rate. Giving the vision encoder a 100x smaller rate (mmengine paramwise_cfg lr_m
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -29,16 +29,8 @@ class TinyLLaVA(torch.nn.Module):
 class VisionLearningRate(ReproCheck):
     """SGD with momentum at the LLM learning rate for every module vs. a 0.01 lr_mult on visual_encoder."""
 
-    incident_id = "xtuner-llava-vision-lr-nan"
-    defaults: ClassVar[dict[str, Any]] = {"algorithm": "SFT", "model_family": "llava", "learning_rate": 0.1}
     watch = ("loss",)
     frameworks = ("xtuner",)
-
-    def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        vlr, lr = settings.get("vision_learning_rate"), settings.get("learning_rate")
-        if vlr is not None and lr is not None and float(vlr) < float(lr):
-            return False, f"vision encoder already has its own smaller rate ({vlr} < {lr})"
-        return None, "a safe rate depends on the encoder and data; the run shows a shared rate diverging"
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Any]:
         lr = float(settings.get("learning_rate") or 0.1)

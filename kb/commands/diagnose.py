@@ -18,8 +18,21 @@ def register(sub) -> None:
     p.add_argument("-k", type=int, default=3, help="how many categories to show (default 3)")
     p.add_argument("--mode", default="full", choices=["bm25", "dense", "hybrid", "full"],
                    help="ranking signals (ablation); default full = hybrid retrieval + triggers + signatures")
+    p.add_argument("--answer", action="append", default=[], metavar="KEY=VALUE",
+                   help="answer a differential question (a fact, e.g. precision=bf16); repeatable; re-ranks")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
+
+
+def answers(pairs: list[str]) -> dict[str, str]:
+    """`--answer precision=bf16 --answer sequence_parallel_size=1` -> facts handed to the diagnosis."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--answer takes KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def read_input(path: str) -> str:
@@ -50,11 +63,12 @@ def run(args) -> int:
         texts = [read_input("-")]
     log = read_input(args.log) if args.log else None
     config = read_input(args.config) if args.config else None
-    if not any(t.strip() for t in [*texts, log or "", config or "", args.question or ""]):
+    given = answers(args.answer)
+    if not given and not any(t.strip() for t in [*texts, log or "", config or "", args.question or ""]):
         raise InputError("empty input: give a log, config or text file, '-' with text on stdin, or --question")
     kb = open_kb(args)
     res = kb.diagnose(log=log, config=config, question=args.question, text="\n".join(texts) if texts else None,
-                   k=max(1, min(args.k, 20)), mode=args.mode)
+                   k=max(1, min(args.k, 20)), mode=args.mode, facts=given or None)
     if args.json:
         print_json(res)
         return 0
@@ -80,6 +94,20 @@ def run(args) -> int:
             print(f"   {'修复' if zh else 'fix'}: {d.fix}")
         if d.repro:
             print(f"   repro: {d.repro}")
+    if res.bisect:
+        print("\n" + ("排查顺序（逐项关闭或回退）：" if zh else "bisect plan (switch off or roll back, in order):"))
+        for n, step in enumerate(res.bisect, 1):
+            print(f"   {n}. {step}")
+    if res.differential and res.route != "mechanism":
+        print("\n" + ("候选：" if zh else "candidates: ")
+              + ", ".join(f"{c.category} {c.probability:.2f}" for c in res.differential))
+    for q in res.questions:
+        opts = f" ({' / '.join(q.options)})" if q.options else ""
+        print(f"   ? {q.question}{opts}  → kb diagnose ... --answer {q.fact}=<value>")
+    if res.similar_reports:
+        print("\n" + (f"在 {res.seen_in} 个相似的真实报告中见过：" if zh else f"seen in {res.seen_in} similar real report(s):"))
+        for r in res.similar_reports[:3]:
+            print(f"   {r.category}: {r.title} — {r.url}")
     shown = {k: v["value"] for k, v in res.facts.items()}
     if shown:
         print("\nfacts: " + ", ".join(f"{k}={v}" for k, v in shown.items()))

@@ -9,8 +9,14 @@ from kb.commands._common import open_kb, print_json
 
 def register(sub) -> None:
     p = sub.add_parser("eval", help="evaluate diagnosis on a labelled JSONL set (query, expected_category)")
-    p.add_argument("file", nargs="+", help="JSONL with query, expected_category (null = should abstain), lang, kind, "
-                   "source_url; several files are pooled")
+    p.add_argument("file", nargs="*", help="JSONL with query, expected_category (null = should abstain), lang, kind, "
+                   "source_url; several files are pooled (not needed with --cv)")
+    p.add_argument("--cv", action="store_true",
+                   help="out-of-fold numbers on the case base (cases/): the learned ranker with folds grouped by "
+                        "thread and leave-one-framework-out, beside rules only and plain hybrid retrieval")
+    p.add_argument("--folds", type=int, default=5, help="with --cv: number of folds (default 5)")
+    p.add_argument("--fit", action="store_true",
+                   help="with --cv: then fit the ranker on every case and write kb/diagnose/learned.json")
     p.add_argument("--holdout", action="store_true",
                    help="also answer each query without the incidents citing its source_url (unless kind is "
                         "known-issue) and report both numbers")
@@ -27,7 +33,20 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from kb.diagnose.evaluate import calibrate, evaluate, format_report, load_eval_set, pooled_rows
+    from kb.errors import InputError
 
+    if args.cv:
+        from kb.diagnose.evaluate import cross_validate, fit_case_ranker, format_cv
+
+        kb = open_kb(args)
+        report = cross_validate(kb, folds=max(2, args.folds))
+        if args.fit:
+            report["fit"] = fit_case_ranker(kb)
+        print_json(report) if args.json else print(format_cv(report) + (f"\nfitted: {report['fit']}"
+                                                                       if args.fit else ""))
+        return 0
+    if not args.file:
+        raise InputError("give a JSONL eval file, or --cv for the case base")
     rows = pooled_rows(args.file) if len(args.file) > 1 else load_eval_set(args.file[0])
     kb = open_kb(args)
     if args.calibrate:

@@ -24,7 +24,7 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=stats)
 
-    p = sub.add_parser("validate", help="check every incident document against the schema and taxonomy")
+    p = sub.add_parser("validate", help="check every incident document and case against the schema and taxonomy")
     p.add_argument("paths", nargs="*", help="documents (default: every incidents/*/incident.md)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=validate)
@@ -141,6 +141,12 @@ def validate(args) -> int:
         if inc.repro.path and not (path.parent / inc.repro.path).is_file():
             errs.append(f"repro file {inc.repro.path} missing")
         report.append({"path": str(path), "id": inc.id, "ok": not errs, "errors": errs})
+    if not args.paths:  # the case base is validated with the incidents (schema, thread, incident ids)
+        from kb.cases import load_cases
+
+        cases, problems = load_cases(kb.cases_dir, kb.records.keys())
+        report += [{"path": c.id, "id": c.id, "ok": True, "errors": []} for c in cases]
+        report += [{"path": p.path, "ok": False, "errors": [p.message]} for p in problems]
     bad = [r for r in report if not r["ok"]]
     if args.json:
         print_json({"checked": len(report), "failed": len(bad), "documents": report})

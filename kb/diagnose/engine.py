@@ -5,15 +5,21 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
+
 from kb.canonical import OUT_OF_SCOPE_ERRORS
 from kb.conditions import TriggerResult, describe, evaluate_trigger, normalised, same_value
-from kb.diagnose.models import Diagnosis, DiagnosisItem, Evidence
+from kb.diagnose import learned
+from kb.diagnose.learned import CaseIndex, Ranker
+from kb.diagnose.models import Candidate as LabelProbability
+from kb.diagnose.models import Diagnosis, DiagnosisItem, Evidence, Question, SimilarReport
 from kb.diagnose.signatures import MaskedLines, SignatureHit, match_signatures
 from kb.errors import KBError
 from kb.facts import Fact, Facts, check_text, facts_from_mapping
@@ -32,6 +38,12 @@ class Searcher(Protocol):
 
     def search(self, text: str, k: int = 10, filters: dict[str, str] | None = None, mode: str = "hybrid",
                weights: tuple[float, float] | None = None) -> list[Any]: ...
+
+    def case_model(self) -> tuple[CaseIndex, Ranker] | None:
+        """The case index and the fitted ranker, or None when there is no case base (rules only)."""
+        ...
+
+    def embed_query(self, text: str) -> Any: ...
 
 class Diagnoser(Searcher, Protocol):
     """A Searcher that also diagnoses (KnowledgeBase): what evaluation needs."""
@@ -190,7 +202,7 @@ def _evidence(c: Candidate) -> list[Evidence]:
         key = (kind, detail, line, source)
         if key not in seen:
             seen.add(key)
-            ev.append(Evidence(kind=kind if kind in ("config", "log", "text", "env") else "text",  # type: ignore[arg-type]
+            ev.append(Evidence(kind=kind if kind in ("trainer", "config", "log", "text", "env") else "text",  # type: ignore[arg-type]
                                detail=detail[:400], line=line, source=source))
 
     for t in c.fired:
@@ -311,6 +323,10 @@ def diagnose(kb: Searcher, log: str | None = None, config: str | None = None, qu
                          warnings=warnings + ["no incidents loaded (check --incidents-dir)"], lang=lang)
     query = retrieval_query(inputs, facts) if inputs else " ".join(f"{k_} {v.value}" for k_, v in facts.items.items())
     cands = rank(kb, facts, lines, query, mode=mode, warnings=warnings, exclude=exclude)
+    model = kb.case_model() if mode == "full" and not exclude else None
+    if model is not None:
+        whole = "\n".join(v for _, v in inputs)
+        return _learned_diagnosis(kb, model, facts, cands, query, whole, lang, k, warnings)
     _, threshold = _weights()
     items: list[DiagnosisItem] = []
     shown: list[Candidate] = []
@@ -342,6 +358,163 @@ def diagnose(kb: Searcher, log: str | None = None, config: str | None = None, qu
         reason = f"best candidate is weak (confidence {shown[0].score:.2f} < {threshold})" if shown else "no candidate"
     return Diagnosis(diagnoses=items, abstained=abstained, reason=reason, facts=facts.to_dict(), warnings=warnings,
                      lang=lang)
+
+
+def query_view(kb: Searcher, facts: Facts, cands: list[Candidate], query: str, index: CaseIndex) -> learned.QueryView:
+    """What the rules said about a query, per category, plus its similarity to every case."""
+    scores: dict[str, float] = {}
+    fired: set[str] = set()
+    for c in cands:
+        cat = c.incident.root_cause.category
+        scores[cat] = max(scores.get(cat, 0.0), c.score)
+        if c.fired:
+            fired.add(cat)
+    top = cands[0].incident.root_cause.category if cands else None
+    sims = index.similarities(query, kb.embed_query(query)) if query.strip() else np.zeros(len(index.cases))
+    return learned.QueryView(facts, scores, fired, top, sims)
+
+
+def _item(c: Candidate, others: list[Candidate], lang: str, confidence: float, first: bool) -> DiagnosisItem:
+    inc = c.incident
+    fix = inc.fix.summary.pick(lang) or (inc.fix.steps[0].pick(lang) if inc.fix.steps else "")
+    return DiagnosisItem(
+        incident_id=inc.id, category=inc.root_cause.category, confidence=round(confidence, 3),
+        title=inc.title.pick(lang), evidence=_evidence(c), fix=fix,
+        repro=f"kb repro {inc.id}" if inc.repro.path else "",
+        decided_by=_decided_by(c, others[:5]) if first else "",
+        score_parts={k_: round(v, 3) for k_, v in c.features.items() if v},
+    )
+
+
+def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Facts, cands: list[Candidate],
+                       query: str, whole: str, lang: str, k: int, warnings: list[str]) -> Diagnosis:
+    """Rules + nearest real reports, weighed by the ranker fitted on the case base (kb.diagnose.learned)."""
+    index, ranker = model
+    view = query_view(kb, facts, cands, query, index)
+    case_labels = [learned.label_of(c) for c in index.cases]
+    labels = list(dict.fromkeys([*ranker.labels, *view.category_scores, learned.OUT_OF_SCOPE]))
+    prior = learned.priors(case_labels, labels)
+    phi, nbrs = learned.label_matrix(view, labels, case_labels, np.ones(len(index.cases), dtype=bool), prior, whole)
+    probs = ranker.probabilities(phi)
+    order = learned.decide(probs, labels)
+    best = labels[order[0]]
+    differential = [LabelProbability(category=labels[i], probability=round(float(probs[i]), 3)) for i in order[:4]]
+    prob = {labels[i]: float(probs[i]) for i in order}
+    top_label_cases = [i for i in nbrs if case_labels[i] == best]
+    similar = [SimilarReport(id=index.cases[i].id, url=index.cases[i].url, title=index.cases[i].title,
+                             category=case_labels[i], similarity=round(float(view.sims[i]), 3),
+                             fix=index.cases[i].fix) for i in (top_label_cases or nbrs)[:5]]
+    out = Diagnosis(facts=facts.to_dict(), warnings=warnings, lang=lang, differential=differential,
+                    similar_reports=similar, seen_in=len(top_label_cases))
+    if best == learned.OUT_OF_SCOPE:
+        kinds = Counter(index.cases[i].out_of_scope_kind for i in nbrs if case_labels[i] == learned.OUT_OF_SCOPE)
+        errs = sorted(set(facts.value("errors", [])) & OUT_OF_SCOPE_ERRORS)
+        looks = ", ".join(errs) or (kinds.most_common(1)[0][0] if kinds else "")
+        out.abstained, out.route, out.scope = True, "out-of-scope", "out"
+        out.reason = ("this is not a NaN / divergence problem" + (f": it looks like {looks}" if looks else "")
+                      + f" (probability {prob[best]:.2f}; seen in {len(top_label_cases)} similar reports)")
+        return out
+    out.scope = "in"
+    by_cat: dict[str, Candidate] = {}
+    for c in cands:
+        by_cat.setdefault(c.incident.root_cause.category, c)
+    shown = [lab for lab in (labels[i] for i in order) if lab != learned.OUT_OF_SCOPE][: max(1, k)]
+    for n, lab in enumerate(shown):
+        c = by_cat.get(lab)
+        if c is not None:
+            out.diagnoses.append(_item(c, [o for o in cands if o is not c], lang, prob[lab], n == 0))
+        else:
+            out.diagnoses.append(DiagnosisItem(
+                incident_id="", category=lab, confidence=round(prob[lab], 3),
+                title=f"{lab} (seen in real reports; no curated incident yet)",
+                evidence=[Evidence(kind="case", detail=f"similar report {index.cases[i].id}: {index.cases[i].url}")
+                          for i in nbrs if case_labels[i] == lab][:3]))
+    if best == learned.FRAMEWORK_BUG:
+        out.route = "framework-defect"
+        out.bisect = bisect_plan(facts, lang)
+        out.reason = ("no known mechanism fits; the evidence points to a defect of a framework feature or release"
+                      if lang != "zh" else "没有已知机制匹配；证据指向框架某个功能或版本的缺陷")
+    elif prob[best] < ranker.unsure_below:
+        out.route = "differential"
+        out.reason = (f"the evidence does not separate the candidates (best {prob[best]:.2f})" if lang != "zh"
+                      else f"现有证据无法区分候选原因（最高 {prob[best]:.2f}）")
+    else:
+        out.route = "mechanism"
+    if out.route != "mechanism" or (len(order) > 1 and float(probs[order[1]]) > prob[best] / 2):
+        out.questions = differential_questions(facts, [lab for lab in shown[:3]], by_cat, lang)
+    return out
+
+
+def differential_questions(facts: Facts, candidates: list[str], by_cat: dict[str, Candidate], lang: str,
+                           limit: int = 3) -> list[Question]:
+    """The 1-3 unknown facts on which the candidates' triggers differ most, as questions in the user's language."""
+    from kb.canonical import QUESTIONS
+
+    uses: dict[str, set[str]] = {}
+    for cat in candidates:
+        c = by_cat.get(cat)
+        if c is None:
+            continue
+        for t in c.incident.triggers:
+            for cond in (*t.all, *t.any, *t.none):
+                for key in (cond.fact, cond.value_fact):
+                    if key and key in QUESTIONS and key not in facts:
+                        uses.setdefault(key, set()).add(cat)
+    if FRAMEWORK_BUG_LABEL in candidates:
+        for key in ("framework_version", "torch_version"):
+            if key not in facts:
+                uses.setdefault(key, set()).add(FRAMEWORK_BUG_LABEL)
+    # A fact that only some candidates reason about separates them; one all of them use separates nothing.
+    ranked = sorted(uses, key=lambda key: (-(0 < len(uses[key]) < len(candidates)), -len(uses[key]), key))
+    out = []
+    for key in ranked[:limit]:
+        en, zh, options = QUESTIONS[key]
+        out.append(Question(fact=key, question=zh if lang == "zh" else en, options=list(options),
+                            separates=sorted(uses[key])))
+    return out
+
+
+FRAMEWORK_BUG_LABEL = learned.FRAMEWORK_BUG
+# Features to switch off first when bisecting a framework defect: fact -> (en, zh). Order: cheapest first.
+_BISECT_FEATURES = (
+    ("sequence_parallel_size", "set sequence_parallel_size 1", "把 sequence_parallel_size 设为 1"),
+    ("sequence_parallel", "turn sequence / context parallelism off", "关闭序列并行 / 上下文并行"),
+    ("attn_implementation", "switch attn_implementation to eager", "把 attn_implementation 换成 eager"),
+    ("shift_attn", "turn S2-attention (shift_attn) off", "关闭 shift_attn"),
+    ("overlap_comm", "set DeepSpeed overlap_comm false", "把 DeepSpeed overlap_comm 设为 false"),
+    ("zero_hpz_partition_size", "drop zero_hpz_partition_size", "去掉 zero_hpz_partition_size"),
+    ("zero_stage", "try another ZeRO stage (or none on one GPU)", "换一个 ZeRO stage（或单卡不用 ZeRO）"),
+    ("use_peft", "train without the adapter once (full or frozen) to see whether the adapter path is at fault",
+     "先不加 adapter 训练一次，看问题是否出在 adapter 路径"),
+    ("gradient_checkpointing", "turn gradient checkpointing off", "关闭 gradient checkpointing"),
+)
+
+
+def bisect_plan(facts: Facts, lang: str) -> list[str]:
+    """What to switch off or roll back, in order, to find the defective feature or release."""
+    zh = lang == "zh"
+    plan = []
+    versions = [(k, facts.value(k)) for k in ("framework_version", "transformers_version", "trl_version",
+                                               "deepspeed_version", "torch_version", "flash_attn_version",
+                                               "vllm_version", "peft_version") if k in facts]
+    if versions:
+        named = ", ".join(f"{k.removesuffix('_version')} {v}" for k, v in versions)
+        plan.append(f"回退到上一个版本（当前 {named}），看问题是否消失" if zh
+                    else f"roll back one release at a time (now {named}) and see whether the NaN goes away")
+    else:
+        plan.append("记录并固定 torch / transformers / 训练框架的版本，再与上一个可用版本对比" if zh
+                    else "pin and note the torch / transformers / framework versions, then compare with the last "
+                         "release that worked")
+    for key, en, zh_text in _BISECT_FEATURES:
+        if key in facts and facts.value(key) not in (False, 0, 1, "eager", None) or (
+                key == "zero_stage" and key in facts):
+            plan.append(zh_text if zh else en)
+    plan.append("用最小配置（单卡、fp32、无并行）复现，再逐个打开功能" if zh
+                else "reproduce on a minimal setup (one GPU, fp32, no parallelism), then switch features back on "
+                     "one at a time")
+    plan.append("升级到最新版本，并在框架的 issue 中搜索同样的报错" if zh
+                else "try the latest release and search the framework's issues for the same symptom")
+    return plan
 
 
 def _check_config_syntax(config: str, warnings: list[str]) -> None:

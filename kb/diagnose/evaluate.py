@@ -220,3 +220,144 @@ def format_report(rep: dict[str, Any]) -> str:
 
 __all__ = ["calibrate", "evaluate", "fit_logistic", "format_report", "holdout_exclusions", "load_eval_set",
            "pooled_rows", "reliability"]
+
+
+# ------------------------------------------------------------------------------------------------ case base
+def _case_views(kb: Diagnoser, cases: list, index) -> list[dict[str, Any]]:
+    """Rules, retrieval and similarity for every case's query, computed once (nothing here is fitted)."""
+    from kb.diagnose.engine import query_view
+
+    rows = []
+    for c in cases:
+        text = c.query()
+        inputs = [("text", text)]
+        facts, lines = collect_facts(inputs)
+        query = retrieval_query(inputs, facts)
+        cands = rank(kb, facts, lines, query)
+        hits = kb.search(query, k=1, mode="hybrid")
+        rows.append({"case": c, "text": text, "view": query_view(kb, facts, cands, query, index),
+                     "hybrid_top": hits[0].incident.root_cause.category if hits else None,
+                     "rules_top": cands[0].incident.root_cause.category if cands else None,
+                     "rules_abstain": not cands or not _in_scope_or_fired(facts, cands)})
+    return rows
+
+
+def _in_scope_or_fired(facts, cands) -> bool:
+    from kb.diagnose.engine import in_scope
+
+    return in_scope(facts) or bool(cands and cands[0].fired)
+
+
+def _folds(keys: list[str], n: int) -> list[int]:
+    """Fold of each row: rows with the same key (thread, framework) always share a fold (deterministic)."""
+    import hashlib
+
+    distinct = sorted(set(keys), key=lambda k: hashlib.sha256(k.encode()).hexdigest())
+    fold_of = {k: i % n for i, k in enumerate(distinct)}
+    return [fold_of[k] for k in keys]
+
+
+def _fit_predict(rows: list[dict[str, Any]], train: list[int], test: list[int], labels: list[str]):
+    from kb.diagnose import learned
+
+    case_labels = [learned.label_of(r["case"]) for r in rows]
+    n = len(rows)
+    train_mask = np.zeros(n, dtype=bool)
+    train_mask[train] = True
+    prior = learned.priors([case_labels[i] for i in train], labels)
+    groups, targets = [], []
+    for j in train:
+        usable = train_mask.copy()
+        usable[j] = False  # a training query never sees its own label among its neighbours
+        phi, _ = learned.label_matrix(rows[j]["view"], labels, case_labels, usable, prior, rows[j]["text"])
+        groups.append(phi)
+        targets.append(labels.index(case_labels[j]))
+    ranker = learned.Ranker.fit(groups, targets, labels)
+    preds = {}
+    for j in test:
+        phi, _ = learned.label_matrix(rows[j]["view"], labels, case_labels, train_mask, prior, rows[j]["text"])
+        p = ranker.probabilities(phi)
+        order = learned.decide(p, labels)
+        preds[j] = (labels[order[0]], float(p[order[0]]), [labels[i] for i in order[:3]])
+    return ranker, preds
+
+
+def _score(rows: list[dict[str, Any]], pred: dict[int, tuple[str, bool]]) -> dict[str, Any]:
+    """top-1 over in-scope reports (an abstention is a miss), in-scope abstained, out-of-scope abstained."""
+    from kb.diagnose import learned
+
+    ins = [j for j in pred if rows[j]["case"].scope == "in"]
+    outs = [j for j in pred if rows[j]["case"].scope == "out"]
+    right = sum(1 for j in ins if not pred[j][1] and pred[j][0] == rows[j]["case"].category)
+    abst_in = sum(1 for j in ins if pred[j][1])
+    abst_out = sum(1 for j in outs if pred[j][1] or pred[j][0] == learned.OUT_OF_SCOPE)
+    return {"n_in": len(ins), "n_out": len(outs),
+            "top1": round(right / len(ins), 3) if ins else None,
+            "in_abstained": round(abst_in / len(ins), 3) if ins else None,
+            "out_abstained": round(abst_out / len(outs), 3) if outs else None}
+
+
+def cross_validate(kb: Diagnoser, folds: int = 5) -> dict[str, Any]:
+    """Out-of-fold numbers on the case base: the learned ranker grouped by thread and leave-one-framework-out,
+    beside the rules-only engine and a plain hybrid-retrieval baseline, which are not fitted on cases at all."""
+    from kb.canonical import canonical_framework
+    from kb.diagnose import learned
+
+    cases = kb.cases
+    if len(cases) < 2 * folds:
+        raise InputError(f"the case base has {len(cases)} cases; cross-validation needs at least {2 * folds}")
+    index = learned.CaseIndex.build(cases, kb.embedder, kb.data_dir / "cases-index.npz")
+    rows = _case_views(kb, cases, index)
+    labels = sorted({learned.label_of(c) for c in cases} | {i.root_cause.category for i in kb.records.values()})
+    out: dict[str, Any] = {"cases": len(cases), "threads": len({c.thread for c in cases}), "folds": folds}
+    schemes = {
+        "grouped by thread": _folds([c.thread for c in cases], folds),
+        "leave one framework out": _folds([(canonical_framework(c.framework.name) or c.framework.name).lower()
+                                           for c in cases], len({c.framework.name.lower() for c in cases})),
+    }
+    for name, fold_of in schemes.items():
+        preds: dict[int, tuple[str, bool]] = {}
+        for f in sorted(set(fold_of)):
+            test = [j for j, x in enumerate(fold_of) if x == f]
+            train = [j for j, x in enumerate(fold_of) if x != f]
+            # No thread may sit on both sides (schemes group by thread or by framework, both finer than that).
+            assert not {cases[j].thread for j in test} & {cases[j].thread for j in train}
+            _, p = _fit_predict(rows, train, test, labels)
+            preds.update({j: (lab, lab == learned.OUT_OF_SCOPE) for j, (lab, _, _) in p.items()})
+        out[f"learned, {name}"] = _score(rows, preds)
+    every = {j: (r["rules_top"], r["rules_abstain"]) for j, r in enumerate(rows)}
+    out["rules only (no case learning)"] = _score(rows, every)
+    out["plain hybrid retrieval"] = _score(rows, {j: (r["hybrid_top"], False) for j, r in enumerate(rows)})
+    return out
+
+
+def fit_case_ranker(kb: Diagnoser, out: Path | None = None) -> dict[str, Any]:
+    """Fit the ranker on every case and write kb/diagnose/learned.json (what `kb diagnose` uses)."""
+    from kb.diagnose import learned
+
+    cases = kb.cases
+    index = learned.CaseIndex.build(cases, kb.embedder, kb.data_dir / "cases-index.npz")
+    rows = _case_views(kb, cases, index)
+    labels = sorted({learned.label_of(c) for c in cases} | {i.root_cause.category for i in kb.records.values()})
+    everyone = list(range(len(rows)))
+    ranker, _ = _fit_predict(rows, everyone, [], labels)
+    meta = {"fitted_on": f"{len(cases)} cases (kb eval --cv --fit)"}
+    ranker.save(out or learned.MODEL_FILE, meta)
+    return {"weights": dict(zip(learned.FEATURES, [round(float(w), 3) for w in ranker.weights])), **meta}
+
+
+def format_cv(report: dict[str, Any]) -> str:
+    head = (f"case base: {report['cases']} cases from {report['threads']} threads; out-of-fold numbers "
+            f"({report['folds']} folds grouped by thread; leave-one-framework-out)")
+    columns = (f"{'method':44} {'in':>4} {'out':>4} {'top-1':>6} {'in-scope abstained':>19} "
+               f"{'out-of-scope abstained':>23}")
+    lines = [head, columns]
+    for name, r in report.items():
+        if isinstance(r, dict) and "n_in" in r:
+            lines.append(f"{name:44} {r['n_in']:>4} {r['n_out']:>4} {_fmt(r['top1']):>6} "
+                         f"{_fmt(r['in_abstained']):>19} {_fmt(r['out_abstained']):>23}")
+    return "\n".join(lines)
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"

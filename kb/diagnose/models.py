@@ -10,10 +10,10 @@ from pydantic import BaseModel, Field
 class Evidence(BaseModel):
     """Why an incident was ranked: one matched fact, signature or retrieval signal."""
 
-    kind: Literal["config", "log", "text", "env", "retrieval"]
+    kind: Literal["trainer", "config", "log", "text", "env", "retrieval", "case"]
     detail: str
     line: int | None = None  # 1-based line in the input named by `source`
-    source: str = "text"  # which input the line refers to: text | log | config | question
+    source: str = "text"  # which input the line refers to: text | log | config | question | trainer
 
 
 class DiagnosisItem(BaseModel):
@@ -28,6 +28,31 @@ class DiagnosisItem(BaseModel):
     score_parts: dict[str, float] = Field(default_factory=dict)
 
 
+class SimilarReport(BaseModel):
+    """A real report from the case base that resembles the input ("seen in N reports like yours")."""
+
+    id: str
+    url: str
+    title: str
+    category: str
+    similarity: float
+    fix: str = ""
+
+
+class Question(BaseModel):
+    """A question whose answer separates the candidates; answer it by passing the fact (`--answer key=value`)."""
+
+    fact: str
+    question: str
+    options: list[str] = Field(default_factory=list)
+    separates: list[str] = Field(default_factory=list)  # the candidate categories it tells apart
+
+
+class Candidate(BaseModel):
+    category: str
+    probability: float
+
+
 class Diagnosis(BaseModel):
     diagnoses: list[DiagnosisItem] = Field(default_factory=list)
     abstained: bool = False
@@ -35,3 +60,13 @@ class Diagnosis(BaseModel):
     facts: dict[str, Any] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
     lang: str = "en"
+    # How the answer was reached: "mechanism" (a known incident), "framework-defect" (a defect of a framework
+    # feature or release, with a bisect plan), "out-of-scope" (not a NaN / divergence problem), "differential"
+    # (in scope, but the evidence does not separate the candidates: see `questions`), "rules" (no case base).
+    route: str = "rules"
+    scope: Literal["in", "out", "unknown"] = "unknown"
+    differential: list[Candidate] = Field(default_factory=list)
+    questions: list[Question] = Field(default_factory=list)
+    similar_reports: list[SimilarReport] = Field(default_factory=list)
+    seen_in: int = 0  # how many of the nearest real reports share the top category
+    bisect: list[str] = Field(default_factory=list)

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 # which beats a prose mention.
 _RANK = {"trainer": 4, "config": 3, "env": 3, "log": 2, "text": 1}
 LIST_FACTS = frozenset({"nan_metrics", "zero_metrics", "huge_metrics", "spike_metrics", "errors", "symptom",
-                        "fix_changes"})
+                        "fix_changes", "error_messages", "metric_observations", "relations"})
 
 
 

@@ -56,9 +56,12 @@ _SYMPTOM = (
     (re.compile(r"(?<![A-Za-z0-9_])(?:nan|NaN|NANs?|NaNs|Nan)(?![A-Za-z0-9_])"), "nan"),
     (re.compile(r"(?<![A-Za-z0-9_])(?:inf|Inf|infinity)(?![A-Za-z0-9_])|无穷"), "inf"),
     (re.compile(r"loss\W{0,3}(?:一直|都|总)?(?:是|为|变为|变成|=|:)?\s*0(?![\d.])|loss (?:is|becomes|became|will be|"
-                r"goes to|drops to|of) (?:0|zero)\b|zero loss", re.IGNORECASE), "zero_loss"),
-    (re.compile(r"overflow|溢出", re.IGNORECASE), "overflow"),
-    (re.compile(r"collaps\w+|崩溃|崩了|diverg\w+|发散|explod\w+|爆炸|crash\w*", re.IGNORECASE), "collapse"),
+                r"goes to|drops to|of) (?:0|zero)\b|zero loss|(?:loss|损失)[^。，,;；\n]{0,12}?(?:为|变为|变成|降为|降到|"
+                r"掉到|跌到|归零|全是|全为|都是)\s*0(?![\d.])|(?:loss|损失)[^。，,;；\n]{0,6}归零", re.IGNORECASE), "zero_loss"),
+    # Numeric overflow only: "显存溢出" / "memory overflow" is an OOM, not a divergence.
+    (re.compile(r"(?<!memory )(?<!stack )(?<!buffer )overflow|(?<!显存)(?<!内存)(?<!缓存)溢出", re.IGNORECASE), "overflow"),
+    # A training run that diverges; a process that crashes ("crash", "崩溃") is not a divergence.
+    (re.compile(r"collaps\w+|diverg\w+|发散|explod\w+|(?<!显存)爆炸|loss spikes?|梯度爆炸", re.IGNORECASE), "collapse"),
 )
 # Only the training frameworks name the tool; DeepSpeed / transformers / torch appear in nearly every paste.
 _FW_ORDER = ["ms-swift", "OpenRLHF", "LLaMA-Factory", "verl", "xtuner", "trl", "unsloth", "DeepSpeed-Chat",
@@ -271,6 +274,20 @@ def derive(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                           f"max_prompt_length {mp.value} >= max_length {ml.value}", mp.source)
         except (TypeError, ValueError):
             pass
+    # verl spreads ppo_mini_batch_size * rollout.n sequences over the data-parallel ranks; a per-GPU micro-batch
+    # above that share makes its gradient accumulation (mini // micro) 0.
+    mini, n, gpus = facts.get("mini_batch_size"), facts.get("num_generations"), facts.get("num_gpus")
+    if mini is not None and n is not None and gpus is not None and "per_gpu_mini_batch_size" not in facts:
+        try:
+            dp = int(gpus.value) * int(facts.value("num_nodes") or 1) \
+                // max(1, int(facts.value("sequence_parallel_size") or 1))
+            per_gpu = int(mini.value) * int(n.value) // max(1, dp)
+        except (TypeError, ValueError):
+            pass
+        else:
+            facts.set("per_gpu_mini_batch_size", per_gpu, mini.kind, mini.line,
+                      f"mini_batch_size {mini.value} x rollout.n {n.value} / {max(1, dp)} data-parallel ranks",
+                      mini.source)
     fixes = facts.value("fix_changes", [])
     prec = facts.get("precision")
     if ("weights_dtype" not in facts and prec is not None and prec.value == "fp16"

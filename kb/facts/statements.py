@@ -279,24 +279,6 @@ def extract_relations(text: str) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def merge_findings(findings: list[Finding]) -> tuple[dict[str, Any], dict[str, Finding], list[str]]:
-    """(config, chosen finding per key, conflict warnings). Explicit statements beat prose inferences;
-    among equals the first one wins."""
-    rank = {"label": 0, "key": 0, "flag": 0, "prose": 1}
-    chosen: dict[str, Finding] = {}
-    warnings: list[str] = []
-    for f in sorted(findings, key=lambda f: rank[f.how]):
-        if f.key not in chosen:
-            chosen[f.key] = f
-        elif chosen[f.key].value != f.value and rank[f.how] == rank[chosen[f.key].how]:
-            msg = (f"{f.key}: the text gives {chosen[f.key].value!r} ({chosen[f.key].snippet!r}) and "
-                   f"{f.value!r} ({f.snippet!r}); kept the first")
-            if msg not in warnings:
-                warnings.append(msg)
-    config = {k: f.value for k, f in chosen.items() if k not in _NOT_CONFIG}
-    return config, chosen, warnings
-
-
 # ----------------------------------------------------------------------------------------------- errors
 _EXC = re.compile(r"(?<![A-Za-z])([A-Z][A-Za-z]{0,60}?(?:Error|Exception))\s*[:：]\s*([^\n]{3,300})")
 _KNOWN_MESSAGES = [
@@ -388,8 +370,6 @@ def extract_metrics(text: str) -> list[str]:
         if zm:
             add("loss: 0.0")
     return out
-
-
 
 
 _NOT_STATED = {"framework"}  # named by kb.facts.prose with its own precedence

@@ -159,6 +159,3 @@ def load(index_root: Path) -> IndexBundle | None:
     except (OSError, ValueError, KeyError, RuntimeError):
         return None
 
-
-def as_matrix(x) -> np.ndarray:
-    return np.asarray(x, dtype=np.float32)

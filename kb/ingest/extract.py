@@ -1,8 +1,6 @@
-"""Facts an article states in prose or lists: framework, model, algorithm, precision, config values, errors.
-
-Every config key goes through kb.canonical (`canonical_key`, `canonical_label`, `normalise_value`), so that
-"最大长度:8192", "--max_len 8192" and "max length of 8192" all become `max_length = 8192`.
-"""
+"""What only an article has: the thread URLs it cites, which framework / algorithm / model it is about (the title
+outranks the body), and when the NaN first showed up. Settings, errors and metrics come from the fact layer
+(kb.facts), the same pipeline that reads a paste."""
 
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ from kb.records import (
     Symptoms,
     Trigger,
 )
+from kb.taxonomy import categories
 from kb.tokenize import detect_lang
 
 
@@ -208,11 +209,7 @@ def _cap_lines(lines: list[str], warnings: list[str], limit: int = ANALYSIS_CHAR
     return lines
 
 
-def _known_categories() -> set[str] | None:
-    try:
-        from kb.taxonomy import categories
-    except ImportError:  # taxonomy module not present: accept every cue
-        return None
+def _known_categories() -> set[str]:
     return set(categories())
 
 
@@ -323,10 +320,20 @@ def parse_document(text: str, *, name: str = "", fmt: str | None = None,
         versions.append(str(config[fw_version_key]))
 
     # ---- category
-    ctx = cat.CueContext(config=config, fix_changes=fix_changes, algorithm=algorithm, model=model, errors=errors,
-                         metrics=metrics, relations=relations, reported_text=reported_text,
-                         fix_text=advice_text, onset=onset)
-    scores = cat.score_categories(ctx, _known_categories())
+    article = Facts()
+    article.merge(facts)
+    for key, value in (("reported_text", reported_text), ("fix_text", advice_text),
+                       ("text", reported_text + "\n" + advice_text), ("onset", onset)):
+        if value:
+            article.set(key, value, "text", None, key)
+    article.set("algorithm", algorithm, "text", None, algo_why)
+    article.set("model", model, "text", None, "model")
+    for key, values in (("error_messages", errors), ("metric_observations", metrics),
+                        ("relations", [f"{a} {op} {b}" for a, op, b, _ in relations]),
+                        ("fix_changes", [f"{k}={v}" for k, v in fix_changes.items()])):
+        for v in values:
+            article.add(key, v, "text", None, v)
+    scores = cat.score_categories(article, _known_categories())
     rel_strings = [f"{a} {REL_SYMBOL[op]} {b}" for a, op, b, _ in relations]
     if scores:
         best = scores[0]

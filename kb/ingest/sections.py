@@ -217,8 +217,3 @@ def content_lines(text: str) -> list[tuple[str, bool]]:
     return [(_LIST_ITEM.sub("", ln, count=1).strip(), bool(_LIST_ITEM.match(ln))) for ln in text.splitlines()
             if ln.strip() and not _CODE_FENCE.match(ln)]
 
-
-def paragraphs(text: str) -> list[str]:
-    """Non-list prose lines of a section, in order."""
-    return [ln.strip() for ln in text.splitlines()
-            if ln.strip() and not _LIST_ITEM.match(ln) and not _CODE_FENCE.match(ln)]

@@ -20,6 +20,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field, field_serializer, field_validator
 
+from kb.records import Incident
+
 # Exit codes shared by a check's own CLI and `kb repro`.
 EXIT_CONFIRMED = 0  # reproduced with the fault, finite with the fix (and the user's settings do not rule it out)
 EXIT_NOT_CONFIRMED = 1
@@ -155,28 +157,54 @@ class ReproCheck:
     """Base class of a repro check. Subclass it in incidents/<id>/repro.py and end the file with
     `main = lambda: cli_main(MyCheck)` (see docs/REPRO.md).
 
-    Class attributes:
-      incident_id      the incident folder name
-      defaults         the reported settings, canonical keys (kb.canonical) -> values
+    The incident record (incident.md beside repro.py) is the single source of the check's id, its default
+    settings (`config:` updated by `repro.settings:`, the toy-size overrides), its GPU-only flag
+    (`repro.gpu_only`) and whether a user's settings trigger the mechanism (the record's `triggers:`, evaluated
+    by kb.conditions). A check implements only the mechanism: `run` (faulty and fixed), and optionally
+    `run_framework`.
+
+    Class attributes a check may set:
       watch            evidence keys that must be finite for a run to count as healthy
       frameworks       distributions whose versions the verdict reports ("trl", "peft", ...)
-      gpu_only_effect  True when the failure needs a GPU kernel and a CPU run can only show the arithmetic
     """
 
-    incident_id: ClassVar[str] = ""
-    defaults: ClassVar[dict[str, Any]] = {}
     watch: ClassVar[tuple[str, ...]] = ("loss", "grad_norm")
     frameworks: ClassVar[tuple[str, ...]] = ()
-    gpu_only_effect: ClassVar[bool] = False
+    record: ClassVar[Incident | None] = None  # set by load_check / cli_main from the incident folder
+
+    @property
+    def incident_id(self) -> str:
+        return self.record.id if self.record is not None else ""
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        if self.record is None:
+            return {}
+        known = {"algorithm": self.record.algorithm} if self.record.algorithm not in ("", "unknown") else {}
+        return {**known, **self.record.config, **self.record.repro.settings}
+
+    @property
+    def gpu_only_effect(self) -> bool:
+        return bool(self.record is not None and self.record.repro.gpu_only)
 
     # -- what a check implements ----------------------------------------------------------------------------
     def settings_from_facts(self, facts: dict[str, Any]) -> dict[str, Any]:
-        """The user's canonical facts -> this check's settings. Default: take every key that `defaults` has."""
-        return {k: facts[k] for k in self.defaults if facts.get(k) is not None}
+        """The user's canonical facts -> this check's settings: every key the record's defaults or triggers use."""
+        keys = set(self.defaults)
+        if self.record is not None:
+            keys |= {c.fact for t in self.record.triggers for c in (*t.all, *t.any, *t.none)}
+        return {k: facts[k] for k in keys if facts.get(k) is not None}
 
     def triggers(self, settings: dict[str, Any]) -> tuple[bool | None, str]:
-        """(do these settings trigger the mechanism, why). None when settings alone cannot tell."""
-        raise NotImplementedError
+        """(do these settings trigger the mechanism, why): the record's triggers over the settings as facts.
+        None when the settings alone cannot tell."""
+        from kb.conditions import decide
+        from kb.facts import facts_from_mapping
+        from kb.facts.prose import derive
+
+        facts = facts_from_mapping(settings, source="settings")
+        derive([], facts, "settings")
+        return decide(self.record.triggers if self.record is not None else [], facts)
 
     def run(self, settings: dict[str, Any], device: str, fixed: bool) -> dict[str, Number]:
         """Run the mechanism once; return numbers (loss, grad_norm, ...). Non-finite values are the evidence."""
@@ -340,8 +368,30 @@ def summary(v: Verdict) -> str:
     return "\n".join(lines)
 
 
+def load_record(check_file: str | Path) -> Incident | None:
+    """The incident record in the folder of a repro.py (incident.md beside it); None when there is none."""
+    from kb.documents import parse_incident_md
+
+    md = Path(check_file).resolve().parent / "incident.md"
+    if not md.is_file():
+        return None
+    return parse_incident_md(md.read_text(encoding="utf-8"), source=str(md))
+
+
+def bind(check_cls: type[ReproCheck], check_file: str | Path | None = None) -> type[ReproCheck]:
+    """`check_cls` with its incident record attached (idempotent); the file defaults to the class's module."""
+    if check_cls.record is None:
+        if check_file is None:
+            module = sys.modules.get(check_cls.__module__)
+            check_file = getattr(module, "__file__", None)
+        if check_file:
+            check_cls.record = load_record(check_file)
+    return check_cls
+
+
 def load_check(path: str | Path) -> type[ReproCheck]:
-    """The ReproCheck subclass defined in a repro.py file (imported under a private module name)."""
+    """The ReproCheck subclass defined in a repro.py file (imported under a private module name), bound to the
+    incident.md beside it."""
     import importlib.util
 
     path = Path(path)
@@ -351,15 +401,18 @@ def load_check(path: str | Path) -> type[ReproCheck]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     found = [c for c in vars(module).values()
-             if isinstance(c, type) and issubclass(c, ReproCheck) and c is not ReproCheck and c.incident_id]
+             if isinstance(c, type) and issubclass(c, ReproCheck) and c is not ReproCheck
+             and c.__module__ == module.__name__]
     if not found:
-        raise ImportError(f"{path} defines no ReproCheck subclass with an incident_id")
-    return found[0]
+        raise ImportError(f"{path} defines no ReproCheck subclass")
+    return bind(found[0], path)
 
 
 def cli_main(check_cls: type[ReproCheck], argv: list[str] | None = None) -> int:
     """Standalone command line of one check; prints a verdict and returns its exit code (0 / 1 / 2)."""
-    p = argparse.ArgumentParser(prog=f"repro {check_cls.incident_id}", description=(check_cls.__doc__ or "").strip())
+    bind(check_cls)
+    name = check_cls.record.id if check_cls.record is not None else check_cls.__name__
+    p = argparse.ArgumentParser(prog=f"repro {name}", description=(check_cls.__doc__ or "").strip())
     p.add_argument("--device", default="auto", help="auto | cpu | cuda (auto: CUDA when present)")
     p.add_argument("--json", action="store_true", help="print the verdict as JSON")
     p.add_argument("--settings", help="JSON object of settings overriding the reported ones (canonical keys)")

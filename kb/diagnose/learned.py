@@ -1,0 +1,242 @@
+"""Learning from the case base: the nearest real reports, and a ranker over root-cause labels (every category plus
+`out-of-scope`) fitted on cases, so that what the rules and retrieval say is weighed by what real reports showed.
+
+The ranker is a conditional logit: each label gets a score w·φ(query, label) from a handful of features (the rule
+engine's best confidence for the label, whether one of its triggers fired, the label's share among the nearest
+training cases, the label's frequency, and a few scope / framework-defect signals), and a softmax turns scores into
+probabilities. Its weights are fitted on the case base; `kb eval --cv` refits them inside each fold, grouped by
+source thread, so every reported number is out of fold.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from kb.canonical import OUT_OF_SCOPE_ERRORS
+from kb.cases import Case
+from kb.facts import Facts
+from kb.index.bm25 import BM25
+from kb.tokenize import tokenize
+
+OUT_OF_SCOPE = "out-of-scope"
+FRAMEWORK_BUG = "framework-bug"
+MODEL_FILE = Path(__file__).with_name("learned.json")
+NEIGHBOURS = 8
+# Below this probability an in-scope answer is shown as a differential (with questions), not as the diagnosis.
+UNSURE_BELOW = 0.35
+FEATURES = ("engine", "engine_top", "fired", "knn", "nn1", "prior",
+            "oos_bias", "oos_no_symptom", "oos_error", "oos_symptom", "oos_knn", "oos_inference",
+            "fw_bias", "fw_versions", "fw_no_rule", "fw_release_words")
+# Words of a report about generation or serving, not training (an out-of-scope signal when no metric went bad).
+_INFERENCE_WORDS = re.compile(r"inference|推理|generat\w*|cli_demo|deploy\w*|部署|serving|vllm serve|乱码|gibberish|"
+                              r"repeat\w*|复读", re.IGNORECASE)
+# Above this probability the report is out of scope: all in-scope labels together are less likely.
+OUT_OF_SCOPE_ABOVE = 0.5
+_RELEASE_WORDS = re.compile(r"upgrad\w*|updat\w*|new (?:version|release)|regression|after (?:bumping|updating)|"
+                            r"\bv?\d+\.\d+(?:\.\d+)?\b.{0,20}(?:break|broke|introduc)|版本|升级|更新后|回退|降级",
+                            re.IGNORECASE)
+_VERSION_FACTS = ("torch_version", "transformers_version", "trl_version", "deepspeed_version", "framework_version",
+                  "flash_attn_version", "vllm_version", "peft_version")
+
+
+# ------------------------------------------------------------------------------------------------ case index
+@dataclass
+class CaseIndex:
+    """Hybrid similarity of a query to every case: dense cosine and BM25 (scaled to the query's best), averaged."""
+
+    cases: list[Case]
+    dense: np.ndarray
+    bm25: BM25
+
+    @classmethod
+    def build(cls, cases: list[Case], embedder, cache: Path | None = None) -> CaseIndex:
+        texts = [c.query()[:2000] for c in cases]
+        key = _texts_key(texts, getattr(embedder, "name", "?"))
+        dense = None
+        if cache is not None and cache.is_file():
+            try:
+                with np.load(cache, allow_pickle=False) as z:
+                    if str(z["key"]) == key:
+                        dense = z["dense"]
+            except (OSError, ValueError, KeyError):
+                dense = None
+        if dense is None:
+            dense = embedder.encode(texts) if texts else np.zeros((0, 1), dtype=np.float32)
+            if cache is not None:
+                cache.parent.mkdir(parents=True, exist_ok=True)
+                tmp = cache.with_suffix(".tmp.npz")
+                np.savez(tmp, key=np.array(key), dense=dense)
+                tmp.replace(cache)
+        return cls(cases, np.asarray(dense, dtype=np.float32), BM25().fit([tokenize(t) for t in texts]))
+
+    def similarities(self, text: str, qv: np.ndarray | None, embedder=None) -> np.ndarray:
+        if not self.cases:
+            return np.zeros(0, dtype=np.float32)
+        if qv is None:
+            qv = embedder.encode([text[:4000]], query=True)[0]
+        dense = np.clip(self.dense @ qv, 0.0, 1.0)
+        bm = self.bm25.scores(tokenize(text[:4000]))
+        top = float(bm.max()) if bm.size else 0.0
+        return (0.5 * dense + 0.5 * (bm / top if top > 0 else bm)).astype(np.float32)
+
+
+def _texts_key(texts: list[str], model: str) -> str:
+    import hashlib
+
+    h = hashlib.sha256(model.encode())
+    for t in texts:
+        h.update(t.encode("utf-8", errors="replace"))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------ features
+@dataclass
+class QueryView:
+    """What the rule engine and the fact layer said about one query, computed once and reused for every label."""
+
+    facts: Facts
+    category_scores: dict[str, float]  # best incident confidence per category
+    fired: set[str]  # categories with a fired trigger
+    engine_top: str | None
+    sims: np.ndarray  # similarity to every case of the index
+
+    @property
+    def symptom(self) -> bool:
+        """A training divergence is named: a bad metric, a NaN/inf/zero-loss/overflow/divergence word, or an
+        in-scope error string (generated gibberish alone is not: it is as often an inference problem)."""
+        f = self.facts
+        return bool(f.value("symptom") or f.value("nan_metrics") or f.value("zero_metrics")
+                    or f.value("huge_metrics") or set(f.value("errors", [])) - OUT_OF_SCOPE_ERRORS)
+
+    @property
+    def bad_metric(self) -> bool:
+        f = self.facts
+        return bool(f.value("nan_metrics") or f.value("zero_metrics") or f.value("huge_metrics"))
+
+
+def label_of(case: Case) -> str:
+    return OUT_OF_SCOPE if case.scope == "out" else case.category
+
+
+def neighbours(view: QueryView, usable: np.ndarray, k: int = NEIGHBOURS) -> list[int]:
+    """Indices of the k most similar usable cases, most similar first."""
+    idx = np.nonzero(usable)[0]
+    if idx.size == 0:
+        return []
+    order = idx[np.argsort(-view.sims[idx], kind="stable")]
+    return [int(i) for i in order[:k]]
+
+
+def features(view: QueryView, label: str, nbrs: list[int], labels: Sequence[str], prior: dict[str, float],
+             text: str = "") -> np.ndarray:
+    sims = [float(view.sims[i]) for i in nbrs]
+    total = sum(sims) or 1.0
+    knn = sum(s for i, s in zip(nbrs, sims) if labels[i] == label) / total
+    nn1 = 1.0 if nbrs and labels[nbrs[0]] == label else 0.0
+    oos, fw = label == OUT_OF_SCOPE, label == FRAMEWORK_BUG
+    errs = set(view.facts.value("errors", []))
+    f = {
+        "engine": view.category_scores.get(label, 0.0),
+        "engine_top": 1.0 if label == view.engine_top else 0.0,
+        "fired": 1.0 if label in view.fired else 0.0,
+        "knn": knn,
+        "nn1": nn1,
+        "prior": prior.get(label, math.log(1e-3)),
+        "oos_bias": 1.0 if oos else 0.0,
+        "oos_no_symptom": 1.0 if oos and not view.symptom else 0.0,
+        "oos_error": 1.0 if oos and errs & OUT_OF_SCOPE_ERRORS else 0.0,
+        "oos_symptom": 1.0 if oos and view.symptom else 0.0,
+        "oos_knn": knn if oos else 0.0,
+        "oos_inference": 1.0 if oos and not view.bad_metric and _INFERENCE_WORDS.search(text[:4000]) else 0.0,
+        "fw_bias": 1.0 if fw else 0.0,
+        "fw_versions": 1.0 if fw and any(k in view.facts for k in _VERSION_FACTS) else 0.0,
+        "fw_no_rule": 1.0 if fw and not view.fired else 0.0,
+        "fw_release_words": 1.0 if fw and _RELEASE_WORDS.search(text[:4000]) else 0.0,
+    }
+    return np.array([f[k] for k in FEATURES], dtype=np.float64)
+
+
+def priors(labels: Sequence[str], all_labels: Sequence[str]) -> dict[str, float]:
+    counts = Counter(labels)
+    n = len(labels) + len(all_labels)
+    return {lab: math.log((counts.get(lab, 0) + 1) / n) for lab in all_labels}
+
+
+# ------------------------------------------------------------------------------------------------ the ranker
+@dataclass
+class Ranker:
+    """Conditional logit over labels; `weights` follow FEATURES."""
+
+    weights: np.ndarray = field(default_factory=lambda: np.zeros(len(FEATURES)))
+    labels: list[str] = field(default_factory=list)
+    unsure_below: float = UNSURE_BELOW
+
+    def probabilities(self, phi: np.ndarray) -> np.ndarray:
+        s = phi @ self.weights
+        s = s - s.max()
+        e = np.exp(s)
+        return e / e.sum()
+
+    @classmethod
+    def fit(cls, groups: list[np.ndarray], targets: list[int], labels: list[str], l2: float = 0.05,
+            steps: int = 800, lr: float = 0.5) -> Ranker:
+        """Maximum likelihood with an L2 penalty by gradient descent: groups[i] is the (labels x features) matrix
+        of query i and targets[i] the row of its true label (every group has the same labels)."""
+        w = np.zeros(len(FEATURES))
+        if not groups:
+            return cls(w, list(labels))
+        X = np.stack(groups)  # (queries, labels, features)
+        onehot = np.zeros(X.shape[:2])
+        onehot[np.arange(len(targets)), targets] = 1.0
+        n = len(groups)
+        for _ in range(steps):
+            s = X @ w
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            p /= p.sum(axis=1, keepdims=True)
+            grad = np.einsum("ql,qlf->f", p - onehot, X) / n + l2 * w
+            w -= lr * grad
+        return cls(w, list(labels))
+
+    def save(self, path: Path = MODEL_FILE, meta: dict | None = None) -> None:
+        data = {"features": list(FEATURES), "weights": [round(float(x), 6) for x in self.weights],
+                "labels": self.labels, "unsure_below": self.unsure_below, **(meta or {})}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path = MODEL_FILE) -> Ranker | None:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if data.get("features") != list(FEATURES):
+            return None  # fitted for another feature set: refit with `kb eval --cv --fit`
+        return cls(np.asarray(data["weights"], dtype=np.float64), list(data.get("labels", [])),
+                   float(data.get("unsure_below", UNSURE_BELOW)))
+
+
+def decide(probs: np.ndarray, labels: Sequence[str]) -> list[int]:
+    """Label indices best first, with the scope decided first: out of scope only when its probability beats all
+    in-scope labels together; in scope, the categories rank by their own probability."""
+    order = [int(i) for i in np.argsort(-probs, kind="stable")]
+    if OUT_OF_SCOPE not in labels:
+        return order
+    oos = list(labels).index(OUT_OF_SCOPE)
+    rest = [i for i in order if i != oos]
+    return [oos, *rest] if probs[oos] > OUT_OF_SCOPE_ABOVE else [*rest, oos]
+
+
+def label_matrix(view: QueryView, all_labels: Sequence[str], case_labels: Sequence[str], usable: np.ndarray,
+                 prior: dict[str, float], text: str) -> tuple[np.ndarray, list[int]]:
+    nbrs = neighbours(view, usable)
+    return np.stack([features(view, lab, nbrs, case_labels, prior, text) for lab in all_labels]), nbrs

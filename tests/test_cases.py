@@ -1,0 +1,178 @@
+"""The case base: its schema, the grouped cross-validation, the learned ranker, the differential questions and
+both abstention routes (out of scope; a framework defect with a bisect plan)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from kb import KnowledgeBase
+from kb.cases import load_cases, parse_case, thread_key
+
+GOOD = """
+id: gh-example-repo-1
+url: https://github.com/example/repo/issues/1
+lang: en
+title: DPO loss NaN with sequence parallelism
+observed: nll_loss was NaN from the first step.
+framework: {name: ms-swift, version: "3.1.0"}
+scope: in
+category: sequence-parallel-label-split
+confirmation: maintainer
+confirmed_by: The maintainer traced it to a shard without labels.
+fix: Set sequence_parallel_size 1.
+report:
+  logs: ["{'loss': nan, 'nll_loss': nan}"]
+"""
+
+
+# --- schema --------------------------------------------------------------------------------------------------
+def test_a_valid_case_parses_and_its_query_is_what_a_user_would_paste():
+    c = parse_case(GOOD)
+    assert c.scope == "in" and c.thread == "example/repo#1"
+    assert "nll_loss" in c.query() and c.title in c.query()
+
+
+@pytest.mark.parametrize("change, message", [
+    (("category: sequence-parallel-label-split", "category: not-a-category"), "unknown category"),
+    (("scope: in", "scope: out"), "needs category 'out-of-scope'"),
+    (("lang: en", "lang: fr"), "lang"),
+    (("url: https://github.com/example/repo/issues/1", "url: example/repo#1"), "url"),
+    (("confirmation: maintainer", "confirmation: guessed"), "confirmation"),
+])
+def test_invalid_cases_are_refused_with_the_reason(change, message):
+    with pytest.raises(ValueError, match=message):
+        parse_case(GOOD.replace(*change))
+
+
+def test_issue_pull_and_discussion_of_one_number_are_one_thread():
+    a = thread_key("https://github.com/OpenRLHF/OpenRLHF/issues/326")
+    assert a == thread_key("https://github.com/openrlhf/openrlhf/pull/326#issuecomment-1")
+    assert a == thread_key("https://github.com/OpenRLHF/OpenRLHF/discussions/326")
+
+
+def test_loader_reports_duplicates_bad_files_and_unknown_incidents(tmp_path):
+    (tmp_path / "gh-example-repo-1.yaml").write_text(GOOD, encoding="utf-8")
+    (tmp_path / "gh-example-repo-1b.yaml").write_text(GOOD.replace("id: gh-example-repo-1", "id: gh-example-repo-1b")
+                                                      .replace("issues/1", "pull/1"), encoding="utf-8")
+    (tmp_path / "broken.yaml").write_text("id: [unclosed", encoding="utf-8")
+    (tmp_path / "gh-example-repo-2.yaml").write_text(
+        GOOD.replace("repo-1", "repo-2").replace("issues/1", "issues/2") + "incident: no-such-incident\n",
+        encoding="utf-8")
+    cases, problems = load_cases(tmp_path, incident_ids=["x"])
+    assert [c.id for c in cases] == ["gh-example-repo-1"]
+    msgs = " | ".join(p.message for p in problems)
+    assert "same thread" in msgs and "YAML" in msgs and "unknown incident" in msgs
+
+
+def test_the_shipped_case_base_is_valid_and_as_large_as_promised(repo_root):
+    ids = [p.name for p in (repo_root / "incidents").iterdir() if (p / "incident.md").is_file()]
+    cases, problems = load_cases(repo_root / "cases", ids)
+    assert problems == []
+    assert len(cases) >= 300
+    assert sum(c.lang == "zh" for c in cases) * 3 >= len(cases)
+    assert len({c.framework.name.lower() for c in cases}) >= 15
+    assert sum(c.framework_defect for c in cases) >= 60
+    assert sum(c.scope == "out" for c in cases) >= 40
+
+
+# --- grouped cross-validation ----------------------------------------------------------------------------------
+def test_folds_never_split_a_thread():
+    from kb.diagnose.evaluate import _folds
+
+    keys = ["a/b#1", "a/b#1", "a/b#2", "c/d#7", "c/d#7", "c/d#7", "e/f#3", "g/h#4"]
+    folds = _folds(keys, 3)
+    by_key: dict[str, set[int]] = {}
+    for k, f in zip(keys, folds):
+        by_key.setdefault(k, set()).add(f)
+    assert all(len(v) == 1 for v in by_key.values())
+    assert len(set(folds)) == 3
+
+
+def test_ranker_learns_which_feature_decides():
+    """Synthetic queries whose true label is the one with feature `knn` set: the fit must weigh `knn` most."""
+    from kb.diagnose.learned import FEATURES, Ranker
+
+    rng = np.random.default_rng(0)
+    groups, targets = [], []
+    j = FEATURES.index("knn")
+    for _ in range(200):
+        phi = rng.normal(0, 1, size=(4, len(FEATURES)))
+        t = int(rng.integers(4))
+        phi[:, j] = 0.0
+        phi[t, j] = 1.0
+        groups.append(phi)
+        targets.append(t)
+    r = Ranker.fit(groups, targets, ["a", "b", "c", "d"])
+    assert int(np.argmax(np.abs(r.weights))) == j and r.weights[j] > 0
+    assert r.probabilities(groups[0]).argmax() == targets[0]
+
+
+def test_scope_is_decided_by_total_mass():
+    from kb.diagnose.learned import OUT_OF_SCOPE, decide
+
+    labels = ["a", "b", OUT_OF_SCOPE]
+    # 0.4 out of scope vs 0.6 spread over two causes: in scope, best cause first.
+    assert decide(np.array([0.35, 0.25, 0.40]), labels)[0] == 0
+    assert decide(np.array([0.2, 0.1, 0.7]), labels)[0] == 2
+
+
+# --- the learned engine on the real knowledge base and case base --------------------------------------------
+@pytest.fixture(scope="module")
+def real_kb(repo_root, tmp_path_factory) -> KnowledgeBase:
+    data = os.environ.get("KB_DATA_DIR") or tmp_path_factory.mktemp("data")
+    kb = KnowledgeBase.open(data_dir=data, incidents_dir=repo_root / "incidents")
+    if kb.case_model() is None:
+        pytest.fail("the shipped case base and kb/diagnose/learned.json must give a case model")
+    return kb
+
+
+@pytest.mark.slow
+def test_out_of_scope_report_gets_the_not_a_divergence_route(real_kb):
+    d = real_kb.diagnose(text="torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+                              "fine-tuning Llama-2-7b with LoRA on one 24GB GPU, batch size 8")
+    assert d.abstained and d.route == "out-of-scope" and d.scope == "out"
+    assert "not a NaN / divergence problem" in d.reason and "cuda_oom" in d.reason
+    assert d.similar_reports
+
+
+@pytest.mark.slow
+def test_divergence_without_a_known_mechanism_gets_the_framework_defect_route(real_kb):
+    text = ("After upgrading transformers from 4.45 to 4.46 the training loss of my SFT run is nan from step 1; "
+            "pinning transformers==4.45.2 makes it train normally again. torch==2.4.0, peft==0.13.0\n"
+            "{'loss': nan, 'grad_norm': nan, 'learning_rate': 2e-05, 'epoch': 0.01}")
+    d = real_kb.diagnose(text=text)
+    assert not d.abstained and d.scope == "in"
+    assert d.route == "framework-defect" and d.diagnoses[0].category == "framework-bug"
+    assert any("4.46" in step or "transformers" in step for step in d.bisect)
+    assert d.seen_in >= 1 and d.similar_reports
+
+
+@pytest.mark.slow
+def test_ambiguous_report_asks_the_question_that_separates_and_an_answer_reranks(real_kb):
+    text = "DPO training with ms-swift: nll_loss is nan while the dpo loss is finite. rpo_alpha 1.0"
+    d = real_kb.diagnose(text=text)
+    facts = [q.fact for q in d.questions]
+    assert d.differential and 1 <= len(d.questions) <= 3
+    assert "sequence_parallel_size" in facts or "sequence_parallel" in facts
+    q = next(q for q in d.questions if q.fact.startswith("sequence_parallel"))
+    assert "sequence-parallel-label-split" in q.separates
+    answered = real_kb.diagnose(text=text, facts={"sequence_parallel_size": 4})
+    assert answered.diagnoses[0].category == "sequence-parallel-label-split"
+    assert answered.diagnoses[0].confidence > next(
+        (c.probability for c in d.differential if c.category == "sequence-parallel-label-split"), 0.0)
+    zh = real_kb.diagnose(text="用 ms-swift 做 DPO，nll_loss 一直是 nan，rpo_alpha 1.0")
+    assert any(any("\u4e00" <= ch <= "\u9fff" for ch in q.question) for q in zh.questions)
+
+
+@pytest.mark.slow
+def test_ask_and_diagnose_agree_on_the_first_category(real_kb):
+    for text in ("reward model lora loss 1.19e+34 grad_norm nan", "DPO NLL loss nan",
+                 "SimPO loss nan when max_prompt_length equals max_length", "序列并行 DPO nll_loss 为 nan",
+                 "loss 突然变成 0 了", "KTO loss nan with vanilla_loss"):
+        a = real_kb.ask(text)
+        d = real_kb.diagnose(question=text)
+        if d.diagnoses and d.diagnoses[0].incident_id:
+            assert a.results[0].category == d.diagnoses[0].category, text
