@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from kb.errors import InputError
-from kb.integrations.collect import Collected, adapter_config, deepspeed_config, diagnose_collected
+from kb.integrations.collect import (
+    Collected,
+    adapter_config,
+    deepspeed_config,
+    derive_precision,
+    diagnose_collected,
+    trainer_args,
+)
 from kb.integrations.monitor import Monitor
 
 if TYPE_CHECKING:
@@ -180,20 +187,20 @@ def read_run_dir(path: str | Path, records: int = 20) -> Collected:
                     if d.get(k) is True:
                         c.set("precision", k, f"{name} {k}=true")
                 read.append(name)
-    for p in [root / "training_args.bin", *sorted(root.glob("checkpoint-*/training_args.bin"))][:2]:
-        if p.is_file() and "training_args" not in " ".join(read):
+    for p in [root / "training_args.bin", *sorted(root.glob("checkpoint-*/training_args.bin"))]:
+        if p.is_file() and not any(r.startswith(("training_args", "args.json")) for r in read):
             d, why = load_training_args_bin(p)
             if d is not None:
-                c.update_config(d, str(p.relative_to(root)))
-                for k in ("bf16", "fp16"):
-                    if d.get(k) is True:
-                        c.set("precision", k, f"{p.name} {k}=True")
+                trainer_args(c, d, where=str(p.relative_to(root)))
                 read.append(str(p.relative_to(root)))
             else:
                 c.add("findings", f"# {why}", "run folder")
             break
     # --- model, adapter, DeepSpeed --------------------------------------------------------------------------
-    cfg = _json(root / "config.json") if (root / "config.json").is_file() else None
+    ckpts = sorted(root.glob("checkpoint-*/"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0), reverse=True)
+    dirs = [root, *ckpts[:1]]
+    cfg_path = next((d / "config.json" for d in dirs if (d / "config.json").is_file()), None)
+    cfg = _json(cfg_path) if cfg_path is not None else None
     if isinstance(cfg, dict):
         dt = cfg.get("dtype") or cfg.get("torch_dtype")
         if dt:
@@ -205,11 +212,12 @@ def read_run_dir(path: str | Path, records: int = 20) -> Collected:
         attn = cfg.get("_attn_implementation") or cfg.get("attn_implementation")
         if attn:
             c.set("attn_implementation", attn, f"config.json attn_implementation={attn}")
-        read.append("config.json")
-    ad = root / "adapter_config.json"
-    if ad.is_file() and isinstance(d := _json(ad), dict):
-        adapter_config(c, d, "adapter_config.json")
-        read.append("adapter_config.json")
+        read.append(str(cfg_path.relative_to(root)))
+    ad = next((d / "adapter_config.json" for d in dirs if (d / "adapter_config.json").is_file()), None)
+    if ad is not None and isinstance(d := _json(ad), dict):
+        adapter_config(c, d, str(ad.relative_to(root)))
+        read.append(str(ad.relative_to(root)))
+    derive_precision(c)
     for p in sorted(root.glob("*.json")) + sorted(root.glob("*/*.json"))[:50]:
         if p.name in ("trainer_state.json", "config.json", "adapter_config.json") or p.stat().st_size > 1_000_000:
             continue

@@ -62,7 +62,7 @@ class Collected:
         already set is kept (what is read first, from the trainer itself, wins over files)."""
         pairs = items.items() if isinstance(items, dict) else items
         for raw, v in pairs:
-            if raw in _SKIP_ARGS or isinstance(v, (dict, list, tuple)) and not isinstance(v, str):
+            if raw in _SKIP_ARGS or v is None or isinstance(v, (dict, list, tuple)):
                 continue
             got = canonical(str(raw), v)
             if got is None or got[0] in self.facts:
@@ -116,12 +116,13 @@ def deepspeed_config(c: Collected, cfg: dict[str, Any] | None, where: str) -> No
             c.set("precision", k.split(".")[0], f"DeepSpeed config ({where}) {k}=true")
 
 
-def trainer_args(c: Collected, args: Any, trainer_cls: str = "") -> None:
-    """HF TrainingArguments / TRL configs: precision, learning rate, batch sizes, lengths, loss type, beta ..."""
+def trainer_args(c: Collected, args: Any, trainer_cls: str = "", where: str = "") -> None:
+    """HF TrainingArguments / TRL configs (the object or its dict): precision, learning rate, batch sizes, lengths,
+    loss type and its parameters, DeepSpeed config, parallel degrees."""
     if args is None:
         return
-    d = args.to_dict() if hasattr(args, "to_dict") else dict(vars(args))
-    where = f"{type(args).__name__}"
+    d = args if isinstance(args, dict) else args.to_dict() if hasattr(args, "to_dict") else dict(vars(args))
+    where = where or type(args).__name__
     if d.get("bf16"):
         c.set("precision", "bf16", f"{where} bf16=True")
     elif d.get("fp16"):
