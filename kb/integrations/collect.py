@@ -240,14 +240,20 @@ def adapter_config(c: Collected, cfg: dict[str, Any], where: str) -> None:
 
 # ---------------------------------------------------------------- log records
 def clean_record(step: int | None, metrics: dict[str, Any]) -> dict[str, Any]:
-    """A log record as plain floats (tensors read once, at trouble time), with its step."""
+    """A log record as plain floats (a one-element tensor is read once), with its step."""
     out: dict[str, Any] = {}
     for k, v in metrics.items():
-        if hasattr(v, "item") and getattr(v, "numel", lambda: 1)() == 1:
+        t = type(v)
+        if t is float:
+            out[k] = v
+        elif t is int:
+            out[k] = float(v)
+        elif t is not bool and hasattr(v, "item") and getattr(v, "numel", lambda: 1)() == 1:
             v = v.item()
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            continue
-        out[k] = float(v)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[k] = float(v)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):  # numpy scalars, float subclasses
+            out[k] = float(v)
     if step is not None:
         out["step"] = int(step)
     return out
@@ -278,8 +284,8 @@ def render(collected: Collected) -> str:
             settings.append(f"  {key}: {v}")
     for line in collected.facts.get("findings", ([], ""))[0]:
         notes.append(str(line))
-    out = [f"# kb: facts from the {collected.source}" + (f" (trigger: {collected.trigger})" if collected.trigger
-                                                        else "")]
+    # The trigger's words ("loss is nan") are not rendered: the engine would read them as an error message.
+    out = [f"# kb: facts from the {collected.source}"]
     if settings:
         out += ["settings:", *settings]
     out += versions_

@@ -44,46 +44,77 @@ class Monitor:
         self.jump = jump
         self._nonzero: set[str] = set()
         self._recent: dict[str, deque[float]] = {}
+        self._kinds: dict[str, int] = {}
         self.fired: Trouble | None = None
 
     def observe(self, step: int | None, metrics: dict[str, Any]) -> Trouble | None:
-        rec = clean_record(step, metrics)
         # A warning (jump, equal rewards) may be followed by one decisive NaN / zero collapse; then silence.
-        if not rec or self.fired is not None and self.fired.nonfinite:
+        if self.fired is not None and self.fired.nonfinite:
+            return None
+        rec = clean_record(step, metrics)
+        if not rec:
             return None
         self.records.append(rec)
+        kinds = self._kinds
         for k, v in rec.items():
-            if k in _SKIP or k.startswith("eval_") and k != "eval_loss":
+            kind = kinds.get(k)
+            if kind is None:
+                kind = kinds[k] = _kind(k)
+            if kind == _IGNORED:
                 continue
-            t = self._check(k, v, step)
+            t = self._check(k, kind, v, step)
             if t is not None and (self.fired is None or t.nonfinite):
                 self.fired = t
                 return t
         return None
 
-    def _check(self, k: str, v: float, step: int | None) -> Trouble | None:
+    def _check(self, k: str, kind: int, v: float, step: int | None) -> Trouble | None:
+        if math.isfinite(v) and kind == _OTHER:
+            return None
         at = f" at step {step}" if step is not None else ""
         if not math.isfinite(v):
             return Trouble(step, f"{k} is {v}{at}", True)
-        kl = k.lower()
-        if kl in ("loss_scale", "scale", "grad_scale", "scaler/scale") and v <= MIN_LOSS_SCALE:
-            return Trouble(step, f"loss scale at its minimum ({v:g}){at}", True)
-        if kl.endswith("reward_std") and v == 0.0 or kl.endswith("frac_reward_zero_std") and v >= 1.0:
-            return Trouble(step, f"rewards all equal ({k} = {v:g}){at}", False)
-        if not _is_watched(k):
+        if kind == _SCALE:
+            return Trouble(step, f"loss scale at its minimum ({v:g}){at}", True) if v <= MIN_LOSS_SCALE else None
+        if kind == _REWARD_STD:
+            return Trouble(step, f"rewards all equal ({k} = {v:g}){at}", False) if v == 0.0 else None
+        if kind == _ZERO_STD_FRAC:
+            return Trouble(step, f"rewards all equal ({k} = {v:g}){at}", False) if v >= 1.0 else None
+        if kind != _WATCHED:
             return None
-        if v == 0.0 and k in self._nonzero:
-            return Trouble(step, f"{k} dropped to exactly 0.0 after non-zero values{at}", True)
-        if v != 0.0:
+        if v == 0.0:
+            if k in self._nonzero:
+                return Trouble(step, f"{k} dropped to exactly 0.0 after non-zero values{at}", True)
+        else:
             self._nonzero.add(k)
-        hist = self._recent.setdefault(k, deque(maxlen=8))
-        if hist:
+        hist = self._recent.get(k)
+        if hist is None:
+            hist = self._recent[k] = deque(maxlen=8)
+        # min <= median: the cheap test filters nearly every healthy step before the sort.
+        if hist and v > 1.0 and v > self.jump * min(hist):
             med = sorted(hist)[len(hist) // 2]
-            if med > 0 and v > self.jump * med and v > 1.0:
+            if med > 0 and v > self.jump * med:
                 hist.append(v)
                 return Trouble(step, f"{k} jumped from ~{med:.3g} to {v:.3g} ({v / med:.0f}x){at}", False)
         hist.append(abs(v))
         return None
+
+
+_IGNORED, _WATCHED, _SCALE, _REWARD_STD, _ZERO_STD_FRAC, _OTHER = range(6)
+
+
+def _kind(name: str) -> int:
+    """What a metric name is watched for, decided once per name."""
+    n = name.lower()
+    if name in _SKIP or n.startswith("eval_") and n != "eval_loss":
+        return _IGNORED
+    if n in ("loss_scale", "scale", "grad_scale", "scaler/scale"):
+        return _SCALE
+    if n.endswith("reward_std"):
+        return _REWARD_STD
+    if n.endswith("frac_reward_zero_std"):
+        return _ZERO_STD_FRAC
+    return _WATCHED if _is_watched(name) else _OTHER
 
 
 class Session:
