@@ -270,6 +270,14 @@ def _fmt(v: float) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
+_IN_USE = {
+    "trl_version": lambda c: c.value("framework") == "trl",
+    "peft_version": lambda c: bool(c.value("use_peft")),
+    "deepspeed_version": lambda c: c.value("zero_stage") is not None,
+    "lightning_version": lambda c: False,
+}
+
+
 def render(collected: Collected) -> str:
     """The collected facts as text the engine reads today: a YAML block of canonical settings, `name==version`
     lines, finding lines (probe, error ids) and the log records as HF-style dict lines with their step."""
@@ -278,10 +286,14 @@ def render(collected: Collected) -> str:
     for key, (value, detail) in collected.facts.items():
         s = spec(key)
         if key in ver_names:
-            versions_.append(f"{ver_names[key]}=={value}")
+            # The engine reads `trl==x` as "the run uses TRL": only packages the run uses are rendered.
+            if key not in _IN_USE or _IN_USE[key](collected):
+                versions_.append(f"{ver_names[key]}=={value}")
         elif s is not None and s.kind != "list" and key not in ("first_bad_step", "output_collapse", "symptom"):
             v = str(value).lower() if isinstance(value, bool) else value
-            settings.append(f"  {key}: {v}")
+            # The detail rides along as a YAML comment, so the engine's line evidence shows where it was read.
+            note = " ".join(str(detail).replace("#", "").split())[:160]
+            settings.append(f"  {key}: {v}  # {note}" if note else f"  {key}: {v}")
     for line in collected.facts.get("findings", ([], ""))[0]:
         notes.append(str(line))
     # The trigger's words ("loss is nan") are not rendered: the engine would read them as an error message.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import urllib.request
 from pathlib import Path
@@ -26,8 +27,8 @@ def format_report(diag: Diagnosis, collected: Collected | None = None, k: int = 
     for i, d in enumerate(diag.diagnoses[:k], 1):
         out.append(f"{i}. {d.category} ({d.confidence:.2f}) — {d.incident_id}")
         out.append(f"   {d.title}")
-        if d.decided_by:
-            out.append(f"   decided by: {d.decided_by}")
+        if d.decided_by:  # line numbers point into the rendered facts, which the user never sees
+            out.append(f"   decided by: {re.sub(r' [(]line [0-9]+[)]', '', d.decided_by)}")
         for e in d.evidence[:MAX_EVIDENCE]:
             out.append(f"   [{e.kind}] {e.detail}")
         if d.fix:

@@ -85,6 +85,10 @@ class KBCallback(TrainerCallback):
 
     def _fill(self, c: Collected, args: Any, state: Any) -> None:
         trainer_args(c, args, type(self.trainer).__name__ if self.trainer is not None else "")
+        if self.trainer is not None:
+            mod = type(self.trainer).__module__
+            c.set("framework", "trl" if mod.startswith("trl") else "transformers",
+                  f"trainer class {mod}.{type(self.trainer).__name__}")
         model = self._model if self._model is not None else getattr(self.trainer, "model", None)
         model_facts(c, model, self._tokenizer)
         derive_precision(c)
