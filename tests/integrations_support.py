@@ -64,7 +64,8 @@ def report(out_dir: str | Path) -> dict[str, Any] | None:
 
 
 def first_category(data: dict[str, Any]) -> str:
-    assert data["diagnoses"], data
+    """The first category of a confident (not abstained) diagnosis."""
+    assert data["diagnoses"] and not data["abstained"], (data["reason"], data["diagnoses"][:1])
     return data["diagnoses"][0]["category"]
 
 

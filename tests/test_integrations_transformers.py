@@ -67,6 +67,16 @@ def test_learning_rate_far_too_high(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="engine gap (for the lead): learning_rate=5.0, finetuning_type=full, "
+                   "precision=fp32, loss 4.9 -> 645 (spike_metrics loss) and grad_norm 1.07e4 (huge_metrics "
+                   "grad_norm) at step 2 fire no lr-too-high trigger (they need a huge or NaN *loss*): lr-too-high "
+                   "comes first at 0.15 and the engine abstains")
+def test_learning_rate_too_high_loss_jump_without_nan(tmp_path):
+    train(tmp_path, lm_rows(), learning_rate=5.0)
+    assert first_category(report(tmp_path)) == "lr-too-high"
+
+
+@pytest.mark.slow
 def test_simpo_cpo_prompt_fills_max_length(tmp_path):
     cpo = pytest.importorskip("trl.experimental.cpo")
     ml = 48
