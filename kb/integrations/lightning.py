@@ -7,7 +7,10 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from lightning.pytorch.callbacks import Callback
+try:
+    from lightning.pytorch.callbacks import Callback
+except ImportError:  # the older standalone package name
+    from pytorch_lightning.callbacks import Callback
 
 from kb.integrations.collect import Collected, deepspeed_config, derive_precision, model_facts
 from kb.integrations.monitor import Session
@@ -43,6 +46,8 @@ class KBCallback(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.session.probe:
             self._batches.append(batch)  # a reference only
+        if not trainer.is_global_zero:
+            return
         every = max(1, int(trainer.log_every_n_steps or 1))
         if trainer.global_step % every and trainer.global_step > 1:
             return

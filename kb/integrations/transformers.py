@@ -74,7 +74,7 @@ class KBCallback(TrainerCallback):
         self._inner_compute_loss = inner
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not logs:
+        if not logs or not state.is_world_process_zero:  # logged metrics are already reduced across ranks
             return
         trouble = self.session.monitor.observe(state.global_step, logs)
         if trouble is None:
