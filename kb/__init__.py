@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["Incident", "KnowledgeBase", "__version__"]
+__all__ = ["Incident", "KnowledgeBase", "__version__", "watch"]
 
 
 def __getattr__(name: str):
@@ -17,4 +17,8 @@ def __getattr__(name: str):
         from kb.records import Incident
 
         return Incident
+    if name == "watch":
+        from kb.integrations.watch import watch
+
+        return watch
     raise AttributeError(name)

@@ -15,6 +15,7 @@ def register(sub) -> None:
     p.add_argument("--log", help="a training log file")
     p.add_argument("--config", help="a config file (YAML, JSON, DeepSpeed JSON, key=value, command line)")
     p.add_argument("--question", help="the question or description in your own words")
+    p.add_argument("--run-dir", help="a run's output_dir: trainer_state.json, args, config.json, DeepSpeed config, logs")
     p.add_argument("-k", type=int, default=3, help="how many categories to show (default 3)")
     p.add_argument("--mode", default="full", choices=["bm25", "dense", "hybrid", "full"],
                    help="ranking signals (ablation); default full = hybrid retrieval + triggers + signatures")
@@ -59,7 +60,12 @@ def read_input(path: str) -> str:
 
 def run(args) -> int:
     texts = [read_input(f) for f in args.files]
-    if not args.files and not (args.log or args.config or args.question) and not sys.stdin.isatty():
+    if getattr(args, "run_dir", None):
+        from kb.integrations.collect import render
+        from kb.runs import read_run_dir
+
+        texts.append(render(read_run_dir(args.run_dir)))
+    if not texts and not (args.log or args.config or args.question) and not sys.stdin.isatty():
         texts = [read_input("-")]
     log = read_input(args.log) if args.log else None
     config = read_input(args.config) if args.config else None
