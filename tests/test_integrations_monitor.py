@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from kb.diagnose import extract_facts
+from kb.facts import extract_facts
 from kb.diagnose.models import Diagnosis, DiagnosisItem
 from kb.integrations.collect import Collected, render
 from kb.integrations.monitor import Monitor

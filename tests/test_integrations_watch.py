@@ -41,7 +41,7 @@ def test_watch_all_labels_masked(tmp_path):
     steps, w = loop(tmp_path, masked_batches(), probe=True, stop_on_nan=True)
     data = report(tmp_path)
     assert first_category(data) == "all-labels-masked"
-    assert "micro-batch 1 of step 3 on rank 0 has 0 supervised tokens" in evidence_text(data)
+    assert "micro-batch 1 of step 3 (rank 0) has 0 supervised tokens" in evidence_text(data)
     assert steps == 3 and w.stopped
 
 

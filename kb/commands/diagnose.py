@@ -60,16 +60,21 @@ def read_input(path: str) -> str:
 
 def run(args) -> int:
     texts = [read_input(f) for f in args.files]
+    given: dict = {}
+    run_log = ""
     if getattr(args, "run_dir", None):
-        from kb.integrations.collect import render
+        from kb.integrations.collect import engine_inputs
         from kb.runs import read_run_dir
 
-        texts.append(render(read_run_dir(args.run_dir)))
-    if not texts and not (args.log or args.config or args.question) and not sys.stdin.isatty():
+        run_facts, run_log, findings = engine_inputs(read_run_dir(args.run_dir))
+        given.update(run_facts)
+        texts += [findings] if findings else []
+    if not texts and not run_log and not (args.log or args.config or args.question) and not sys.stdin.isatty():
         texts = [read_input("-")]
     log = read_input(args.log) if args.log else None
+    log = "\n".join(x for x in (run_log, log) if x) or None
     config = read_input(args.config) if args.config else None
-    given = answers(args.answer)
+    given.update(answers(args.answer))
     if not given and not any(t.strip() for t in [*texts, log or "", config or "", args.question or ""]):
         raise InputError("empty input: give a log, config or text file, '-' with text on stdin, or --question")
     kb = open_kb(args)

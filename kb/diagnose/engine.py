@@ -396,10 +396,19 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
     prior = learned.priors(case_labels, labels)
     phi, nbrs = learned.label_matrix(view, labels, case_labels, np.ones(len(index.cases), dtype=bool), prior, whole)
     probs = ranker.probabilities(phi)
-    order = learned.decide(probs, labels)
+    order = learned.ranked(view, probs, labels)
+    if any(f.kind == "trainer" for f in facts.items.values()):
+        # Facts observed in a running trainer (or a run folder) are not the kind of input the ranker was fitted
+        # on (text reports): the rules, which encode each mechanism, rank them; the case base still supplies
+        # similar reports and questions.
+        engine = np.array([view.category_scores.get(lab, 0.0) for lab in labels])
+        probs = engine / engine.sum() if engine.sum() > 0 else probs
+        order = [int(i) for i in np.argsort(-engine, kind="stable")]
     best = labels[order[0]]
-    differential = [LabelProbability(category=labels[i], probability=round(float(probs[i]), 3)) for i in order[:4]]
     prob = {labels[i]: float(probs[i]) for i in order}
+    if view.category_scores.get(best, 0.0) >= learned.RULES_CONFIDENT:
+        prob[best] = max(prob[best], view.category_scores[best])  # the rules' calibrated confidence decided
+    differential = [LabelProbability(category=labels[i], probability=round(prob[labels[i]], 3)) for i in order[:4]]
     top_label_cases = [i for i in nbrs if case_labels[i] == best]
     similar = [SimilarReport(id=index.cases[i].id, url=index.cases[i].url, title=index.cases[i].title,
                              category=case_labels[i], similarity=round(float(view.sims[i]), 3),

@@ -38,6 +38,10 @@ FEATURES = ("engine", "engine_top", "fired", "knn", "nn1", "prior",
 # Words of a report about generation or serving, not training (an out-of-scope signal when no metric went bad).
 _INFERENCE_WORDS = re.compile(r"inference|推理|generat\w*|cli_demo|deploy\w*|部署|serving|vllm serve|乱码|gibberish|"
                               r"repeat\w*|复读", re.IGNORECASE)
+# When the rules are this confident (their calibrated probability, docs/DIAGNOSE.md), their category leads: the
+# case base is thin for the mechanisms the curated incidents describe best. Chosen among 0.3-0.85 on the
+# out-of-fold case numbers and the dev set (a development choice; README says so).
+RULES_CONFIDENT = 0.6
 # Above this probability the report is out of scope: all in-scope labels together are less likely.
 OUT_OF_SCOPE_ABOVE = 0.5
 _RELEASE_WORDS = re.compile(r"upgrad\w*|updat\w*|new (?:version|release)|regression|after (?:bumping|updating)|"
@@ -165,10 +169,17 @@ def features(view: QueryView, label: str, nbrs: list[int], labels: Sequence[str]
     return np.array([f[k] for k in FEATURES], dtype=np.float64)
 
 
-def priors(labels: Sequence[str], all_labels: Sequence[str]) -> dict[str, float]:
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-3), 1 - 1e-3)
+    return math.log(p / (1 - p))
+
+
+def priors(labels: Sequence[str], all_labels: Sequence[str], smoothing: float = 1.0) -> dict[str, float]:
+    """Log frequency of each label among the training cases, smoothed so that a mechanism the curated incidents
+    know but few reports show is not ruled out by its rarity."""
     counts = Counter(labels)
-    n = len(labels) + len(all_labels)
-    return {lab: math.log((counts.get(lab, 0) + 1) / n) for lab in all_labels}
+    n = len(labels) + smoothing * len(all_labels)
+    return {lab: math.log((counts.get(lab, 0) + smoothing) / n) for lab in all_labels}
 
 
 # ------------------------------------------------------------------------------------------------ the ranker
@@ -234,6 +245,16 @@ def decide(probs: np.ndarray, labels: Sequence[str]) -> list[int]:
     oos = list(labels).index(OUT_OF_SCOPE)
     rest = [i for i in order if i != oos]
     return [oos, *rest] if probs[oos] > OUT_OF_SCOPE_ABOVE else [*rest, oos]
+
+
+def ranked(view: QueryView, probs: np.ndarray, labels: Sequence[str]) -> list[int]:
+    """The final order: the rules' category first when they are confident, else the ranker's (`decide`)."""
+    order = decide(probs, labels)
+    top = view.engine_top
+    if top in labels and view.category_scores.get(top, 0.0) >= RULES_CONFIDENT:
+        i = list(labels).index(top)
+        order = [i, *[j for j in order if j != i]]
+    return order
 
 
 def label_matrix(view: QueryView, all_labels: Sequence[str], case_labels: Sequence[str], usable: np.ndarray,

@@ -311,6 +311,31 @@ def render(collected: Collected) -> str:
     return "\n".join(out) + "\n"
 
 
+def engine_inputs(collected: Collected) -> tuple[dict[str, tuple[object, str]], str, str]:
+    """(facts as data, log lines, finding sentences): what the diagnosis engine takes from a run.
+
+    The facts go in as data (kind "trainer": they outrank anything read from text, and their evidence says where
+    they came from); the log records go in as log lines, so metrics, the first bad step and error strings are
+    read as in any paste."""
+    ver_names = {v: k for k, v in PACKAGES.items()}
+    facts: dict[str, tuple[object, str]] = {}
+    for key, (value, detail) in collected.facts.items():
+        if key == "findings" or (key in ver_names and key in _IN_USE and not _IN_USE[key](collected)):
+            continue  # findings are sentences (text below); an unused package's version says nothing
+        note = " ".join(str(detail).split())[:200]
+        facts[key] = (value, f"{note} (from the running trainer)" if note else "from the running trainer")
+    lines = []
+    for r in collected.records:
+        body = ", ".join(f"'{k}': {_fmt(v)}" for k, v in r.items() if k != "step")
+        step = r.get("step")
+        lines.append("{" + body + (f", 'step': {int(step)}" if step is not None else "") + "}")
+    if collected.log_text:
+        lines.append(collected.log_text.rstrip("\n"))
+    findings = "\n".join(str(x) for x in collected.facts.get("findings", ([], ""))[0])
+    return facts, "\n".join(lines), findings
+
+
 def diagnose_collected(kb: KnowledgeBase, collected: Collected) -> Diagnosis:
-    """The one call into the diagnosis engine for run-time facts (the lead switches it to structured facts)."""
-    return kb.diagnose(text=render(collected))
+    """The one call into the diagnosis engine for run-time facts (see engine_inputs)."""
+    facts, log, findings = engine_inputs(collected)
+    return kb.diagnose(log=log or None, text=findings or None, facts=facts)
