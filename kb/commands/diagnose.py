@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from kb.commands._common import open_kb, print_json, table
+from kb.commands._daemon import answer, diagnose_params
 from kb.errors import InputError
 
 
@@ -44,6 +45,11 @@ def read_input(path: str) -> str:
 
 
 def run(args) -> int:
+    res = answer(args, "diagnose", lambda: diagnose_params(args), lambda: _diagnose_here(args))
+    return _print(args, res)
+
+
+def _diagnose_here(args):
     from kb.diagnose.engine import diagnose
 
     texts = [read_input(f) for f in args.files]
@@ -56,6 +62,10 @@ def run(args) -> int:
     kb = open_kb(args)
     res = diagnose(kb, log=log, config=config, question=args.question, text="\n".join(texts) if texts else None,
                    k=max(1, min(args.k, 20)), mode=args.mode)
+    return res
+
+
+def _print(args, res) -> int:
     if args.json:
         print_json(res)
         return 0
