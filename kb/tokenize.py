@@ -36,10 +36,24 @@ def _get_jieba():
                 import jieba
 
                 jieba.setLogLevel(logging.WARNING)
+                # jieba rebuilds its dictionary cache (~2-3 s) whenever the temp dir was cleaned; keep the
+                # prebuilt cache beside the index instead, where it lives as long as the data does.
+                jieba.dt.tmp_dir = _jieba_cache_dir()
                 for w in DOMAIN_WORDS:
                     jieba.add_word(w, freq=200000)
                 _jieba = jieba
     return _jieba
+
+
+def _jieba_cache_dir() -> str | None:
+    from kb import paths
+
+    d = paths.data_dir() / "cache"
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None  # jieba falls back to the temp dir
+    return str(d)
 
 
 def _ascii_tokens(run: str) -> list[str]:

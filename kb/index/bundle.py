@@ -109,13 +109,14 @@ def build(records: list[Incident], embedder, fingerprint: str, index_root: Path,
     }
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=index_root))
     try:
-        bm25.save(tmp / "bm25.npz")
+        bm25.save(tmp / "bm25")
         vecs.save(tmp / "vectors.faiss")
         (tmp / "rows.json").write_text(json.dumps([[r.incident_id, r.lang] for r in rows]), encoding="utf-8")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
+        for f in tmp.rglob("*"):
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
         final = index_root / f"build-{int(time.time())}-{uuid.uuid4().hex[:8]}"
         os.rename(tmp, final)
         _publish(index_root, final.name)
@@ -146,8 +147,11 @@ def _gc(index_root: Path, keep: str) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def load(index_root: Path) -> IndexBundle | None:
-    """The published index, or None when there is none (or it is unreadable / of an old format)."""
+def load(index_root: Path, mmap: bool = True) -> IndexBundle | None:
+    """The published index, or None when there is none (or it is unreadable / of an old format).
+
+    By default the BM25 arrays and the vectors are memory-mapped read-only: loading costs no copy, and
+    processes that open the same build (server workers, the daemon) share its pages."""
     try:
         name = (index_root / CURRENT).read_text().strip()
         path = index_root / name
@@ -155,7 +159,9 @@ def load(index_root: Path) -> IndexBundle | None:
         if meta.get("format") != FORMAT_VERSION:
             return None
         rows = [Row(a, b) for a, b in json.loads((path / "rows.json").read_text(encoding="utf-8"))]
-        return IndexBundle(rows, BM25.load(path / "bm25.npz"), FaissIndex.load(path / "vectors.faiss"), meta, path)
+        bm_path = path / "bm25" if (path / "bm25").is_dir() else path / "bm25.npz"
+        return IndexBundle(rows, BM25.load(bm_path, mmap=mmap), FaissIndex.load(path / "vectors.faiss", mmap=mmap),
+                           meta, path)
     except (OSError, ValueError, KeyError, RuntimeError):
         return None
 

@@ -26,10 +26,11 @@ class VectorIndex(ABC):
 
 
 class FaissIndex(VectorIndex):
-    # Exact inner-product search costs ~15 ms/query at 100k x 384 on one core (retrieval-findings.md), so
-    # below FLAT_LIMIT rows exact search is both cheapest to build and exact; above it HNSW (M=32,
-    # efSearch=64) reached recall@10 0.999 at ~0.2 ms/query on clustered data.
-    FLAT_LIMIT = 50_000
+    # Exact inner-product search costs ~0.2 ms per 1k rows of 512-d per query on one core, so up to
+    # FLAT_LIMIT rows (~4 ms) exact search is both the cheapest to build and exact; above it HNSW (M=32,
+    # efSearch=64: recall@10 0.999 at ~0.2 ms/query on clustered data, retrieval-findings.md) keeps an
+    # ask under 10 ms at 100k+ records, for ~10 s of graph building per 100k rows.
+    FLAT_LIMIT = 20_000
 
     def __init__(self, dim: int, n_expected: int = 0, index=None) -> None:
         import faiss
@@ -68,10 +69,14 @@ class FaissIndex(VectorIndex):
         faiss.write_index(self._index, str(path))
 
     @classmethod
-    def load(cls, path: Path) -> FaissIndex:
+    def load(cls, path: Path, mmap: bool = True) -> FaissIndex:
+        """Read an index; with mmap the vectors stay in the file (IO_FLAG_MMAP_IFC), so worker processes
+        share them through the page cache. Published index files are never rewritten (a rebuild writes
+        a new folder), which is what makes mapping them safe."""
         import faiss
 
-        idx = faiss.read_index(str(path))
+        flags = faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY if mmap else 0
+        idx = faiss.read_index(str(path), flags)
         return cls(idx.d, index=idx)
 
 
