@@ -29,6 +29,9 @@ class EmbeddingUnavailable(KBError):
 class Embedder(ABC):
     name: str
     dim: int
+    # True when several processes may each run their own copy (numpy / C models, one thread each); big
+    # index builds then embed on every core (kb.index.bundle).
+    process_parallel: bool = False
 
     @abstractmethod
     def encode(self, texts: list[str], *, query: bool = False) -> np.ndarray:
@@ -68,6 +71,7 @@ class USEMultilingual(Embedder):
 
     name = "use-multilingual"
     dim = 512
+    process_parallel = True
 
     def __init__(self, cache_dir: Path | None = None) -> None:
         try:
@@ -178,6 +182,7 @@ class StaticModel(Embedder):
 
     name = "static-64"
     dim = 64
+    process_parallel = True
 
     def __init__(self) -> None:
         try:

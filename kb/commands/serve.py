@@ -12,7 +12,8 @@ def register(sub) -> None:
     p.add_argument("--port", type=int, default=int(os.environ.get("KB_PORT", "8000")),
                    help="port (default 8000; env KB_PORT)")
     p.add_argument("--workers", type=int, default=int(os.environ.get("KB_WORKERS", "1")),
-                   help="worker processes (default 1; each loads the index)")
+                   help="worker processes (default 1; 0 = one per CPU core; env KB_WORKERS). Workers map "
+                        "the same read-only index and model weights, so memory grows little per worker")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
 
@@ -28,6 +29,8 @@ def run(args) -> int:
         value = getattr(args, flag, None)
         if value:
             os.environ[env] = str(value)
+    if args.workers <= 0:
+        args.workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if args.workers > 1:
         # Build the index once here, before the workers start, so they do not race to build it.
         from kb.commands._common import open_kb

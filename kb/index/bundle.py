@@ -74,6 +74,46 @@ def _reusable_vectors(previous: IndexBundle | None, embedder) -> dict[str, np.nd
     return {sha: mat[i] for i, sha in enumerate(shas)}
 
 
+# A build fans the embedding out to worker processes only when there is this much to embed: each worker
+# costs ~0.5 s to start (pre-converted model), and small ingests should not pay that.
+PARALLEL_MIN_ROWS = 2000
+
+
+def embed_procs(n_rows: int) -> int:
+    """Worker processes for embedding n_rows: KB_EMBED_PROCS, default one per core. Processes, not BLAS
+    threads: the numpy models run single-threaded fastest per row (kb.embed._threads), so cores are used by
+    running one model per core on its own share of the rows."""
+    if n_rows < PARALLEL_MIN_ROWS:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        return max(1, int(os.environ.get("KB_EMBED_PROCS", cores)))
+    except ValueError:
+        return cores
+
+
+def _embed_in_worker(name: str, texts: list[str]) -> np.ndarray:
+    from kb.embed import get_embedder
+
+    return get_embedder(name).encode(texts)
+
+
+def _embed_chunks(embedder, batches: list[list[str]], keys: list):
+    """(key, vectors) per batch, in order; in parallel processes for big builds of process-safe models
+    (the numpy ones; a torch model already spreads over the cores by itself)."""
+    procs = embed_procs(sum(len(b) for b in batches)) if getattr(embedder, "process_parallel", False) else 1
+    if procs <= 1:
+        for key, b in zip(keys, batches):
+            yield key, embedder.encode(b)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn, not fork: the parent may hold BLAS / OpenMP thread pools that a forked child would inherit broken.
+    with ProcessPoolExecutor(procs, mp_context=multiprocessing.get_context("spawn")) as ex:
+        yield from zip(keys, ex.map(_embed_in_worker, [embedder.name] * len(batches), batches))
+
+
 def build(records: list[Incident], embedder, fingerprint: str, index_root: Path,
           progress: Callable[[int, int], None] | None = None, batch: int = 64,
           previous: IndexBundle | None = None) -> IndexBundle:
@@ -93,9 +133,9 @@ def build(records: list[Incident], embedder, fingerprint: str, index_root: Path,
     done = len(texts) - len(todo)
     if progress:
         progress(done, len(texts))
-    for j in range(0, len(todo), batch):
-        idx = todo[j:j + batch]
-        matrix[idx] = embedder.encode([texts[i][:DENSE_CHARS] for i in idx])
+    chunks = [todo[j:j + batch] for j in range(0, len(todo), batch)]
+    for idx, vecs_ in _embed_chunks(embedder, [[texts[i][:DENSE_CHARS] for i in idx] for idx in chunks], chunks):
+        matrix[idx] = vecs_
         done += len(idx)
         if progress:
             progress(done, len(texts))
