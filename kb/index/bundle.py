@@ -18,7 +18,7 @@ import numpy as np
 from kb.index.bm25 import BM25
 from kb.index.vectors import FaissIndex, make_vector_index
 from kb.records import Incident
-from kb.tokenize import tokenize
+from kb.tokenize import register_segmentations, save_segmentations, tokenize
 
 FORMAT_VERSION = 3
 CURRENT = "CURRENT"
@@ -151,6 +151,7 @@ def build(records: list[Incident], embedder, fingerprint: str, index_root: Path,
     try:
         bm25.save(tmp / "bm25")
         vecs.save(tmp / "vectors.faiss")
+        save_segmentations(texts, tmp / "segmentations.marshal")
         (tmp / "rows.json").write_text(json.dumps([[r.incident_id, r.lang] for r in rows]), encoding="utf-8")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
         for f in tmp.rglob("*"):
@@ -199,6 +200,8 @@ def load(index_root: Path, mmap: bool = True) -> IndexBundle | None:
         if meta.get("format") != FORMAT_VERSION:
             return None
         rows = [Row(a, b) for a, b in json.loads((path / "rows.json").read_text(encoding="utf-8"))]
+        if (path / "segmentations.marshal").is_file():
+            register_segmentations(path / "segmentations.marshal")
         bm_path = path / "bm25" if (path / "bm25").is_dir() else path / "bm25.npz"
         return IndexBundle(rows, BM25.load(bm_path, mmap=mmap), FaissIndex.load(path / "vectors.faiss", mmap=mmap),
                            meta, path)
