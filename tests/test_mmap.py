@@ -26,8 +26,10 @@ def built(tmp_path, repo_root):
 def test_index_loads_memory_mapped_and_answers_the_same(built):
     mapped = index_bundle.load(built.index_root)
     copied = index_bundle.load(built.index_root, mmap=False)
-    assert isinstance(mapped.bm25.tfs, np.memmap) and not mapped.bm25.tfs.flags.writeable
-    assert not isinstance(copied.bm25.tfs, np.memmap)
+    # Mapped: a read-only view of the file's pages; copied: an array that owns its memory.
+    assert not mapped.bm25.tfs.flags.owndata and not mapped.bm25.tfs.flags.writeable
+    assert isinstance(mapped.bm25.tfs.base, np.memmap)
+    assert copied.bm25.tfs.flags.writeable and not isinstance(copied.bm25.tfs.base, np.memmap)
     q = tokenize("DPO nll_loss nan sequence_parallel")
     assert np.array_equal(mapped.bm25.scores(q), copied.bm25.scores(q))
     qv = built.embedder.encode(["DPO NLL loss nan"], query=True)[0]
