@@ -11,19 +11,14 @@ This module's top level imports only the standard library: the client side runs 
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
 import socket
 import struct
-import subprocess
 import sys
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 PROTOCOL = 1
 # An idle daemon exits after this many seconds (env KB_DAEMON_IDLE); a forgotten one costs no more than that.
@@ -33,13 +28,14 @@ _MAX_SOCK_PATH = 100
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
-@dataclass(frozen=True)
 class Target:
     """Which knowledge base a daemon serves; clients with the same target share one daemon."""
 
-    data_dir: Path
-    incidents_dir: Path
-    model: str  # as given (flag or KB_EMBED_MODEL); "" = the library default
+    # A plain class, not a dataclass: importing dataclasses (and inspect) costs a thin client ~10 ms.
+    def __init__(self, data_dir: Path, incidents_dir: Path, model: str) -> None:
+        self.data_dir = data_dir
+        self.incidents_dir = incidents_dir
+        self.model = model  # as given (flag or KB_EMBED_MODEL); "" = the library default
 
     @property
     def key(self) -> str:
@@ -119,12 +115,12 @@ def code_stamp() -> str:
 
 
 # ---------------------------------------------------------------- wire format
-def _send(sock: socket.socket, obj: Any) -> None:
+def _send(sock: socket.socket, obj: object) -> None:
     data = json.dumps(obj, ensure_ascii=False).encode("utf-8")
     sock.sendall(struct.pack("!I", len(data)) + data)
 
 
-def _recv(sock: socket.socket) -> Any:
+def _recv(sock: socket.socket) -> dict:
     head = _recv_exact(sock, 4)
     (n,) = struct.unpack("!I", head)
     return json.loads(_recv_exact(sock, n).decode("utf-8"))
@@ -145,7 +141,7 @@ class DaemonUnavailable(Exception):
     """No daemon answered (none running, stale, or it asked to be restarted): answer in-process instead."""
 
 
-def request(t: Target, op: str, params: dict | None = None, timeout: float = 300.0) -> Any:
+def request(t: Target, op: str, params: dict | None = None, timeout: float = 300.0) -> object:
     """Send one request; the daemon's result, a KBError re-raised with its message and exit code, or
     DaemonUnavailable when no daemon can answer."""
     path = t.socket_path
@@ -211,6 +207,8 @@ def all_daemons(data_dir: Path) -> list[dict]:
 def start(t: Target, wait_s: float = 0.0) -> int:
     """Start a detached daemon for `t` (a no-op race-wise: a second one exits on the lock); returns its pid.
     With wait_s > 0, wait until it answers."""
+    import subprocess
+
     t.run_dir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "kb.daemon", "--data-dir", str(t.data_dir),
            "--incidents-dir", str(t.incidents_dir), "--model", t.model]
@@ -233,6 +231,8 @@ def start(t: Target, wait_s: float = 0.0) -> int:
 # ---------------------------------------------------------------- server
 class _Server:
     def __init__(self, t: Target, idle_s: float) -> None:
+        import threading
+
         self.t = t
         self.idle_s = idle_s
         self.lock = threading.Lock()
@@ -353,6 +353,8 @@ class _Server:
                         break
                     continue
                 self.last = time.monotonic()
+                import threading
+
                 threading.Thread(target=self._serve_conn, args=(conn,), daemon=True).start()
         finally:
             self.sock.close()
@@ -363,6 +365,8 @@ class _Server:
 
 def _diagnose_args(p: dict) -> dict:
     """Decode the raw inputs a client sent (bytes, base64) with the library's own text check."""
+    import base64
+
     from kb.diagnose.facts import check_text
 
     def dec(item):

@@ -74,10 +74,15 @@ ask, kbs, txs = [], [], []
 emb = None
 if {use_txtai!r}:
     from txtai import Embeddings
+    import numpy as np
     model = kb.embedder
     _, texts = rows_for(list(kb.records.values()))
-    emb = Embeddings(method='external', transform=lambda x: model.encode([s[:4000] for s in x]), content=False,
-                     hybrid=True, backend='faiss')
+    # txtai gets kb's own row vectors (same model, computed once by the kb build); queries it embeds itself.
+    b = kb.build_index()
+    known = dict(zip((s[:DENSE_CHARS] for s in texts), b.vectors.reconstruct_all()))
+    def transform(xs):
+        return np.stack([known[x] if x in known else model.encode([x[:4000]], query=True)[0] for x in xs])
+    emb = Embeddings(method='external', transform=transform, content=False, hybrid=True, backend='faiss')
     t = time.perf_counter()
     emb.index([(i, s[:DENSE_CHARS], None) for i, s in enumerate(texts)])
     txtai_build = time.perf_counter() - t

@@ -12,7 +12,6 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from kb import daemon
 
@@ -23,14 +22,14 @@ _MAX_SEND = 64 * 1024 * 1024
 class Result(dict):
     """A JSON answer with attribute access, so the same printing code serves daemon and library results."""
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         try:
             return self[name]
         except KeyError:
             raise AttributeError(name) from None
 
     @classmethod
-    def wrap(cls, x: Any) -> Any:
+    def wrap(cls, x: object) -> object:
         if isinstance(x, dict):
             return cls({k: cls.wrap(v) for k, v in x.items()})
         if isinstance(x, list):
@@ -43,7 +42,7 @@ def _mode() -> str:
     return {"0": "off", "false": "off", "no": "off", "1": "on", "true": "on", "yes": "on"}.get(m, m)
 
 
-def answer(args, op: str, params: Callable[[], dict | None], local: Callable[[], Any]) -> Any:
+def answer(args, op: str, params: Callable[[], dict | None], local: Callable[[], object]) -> object:
     """The daemon's answer to `op` when one runs (params() None: this request cannot go through it), else
     `local()`; after a local answer, maybe start a daemon for the next call."""
     mode = _mode()
