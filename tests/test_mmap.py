@@ -88,3 +88,18 @@ def test_english_question_on_a_built_index_does_not_load_jieba(built):
     first, second = out.stdout.split("\n")[:2]
     assert first.split()[0] == "False" and int(first.split()[1]) > 0
     assert second == "True"
+
+
+def test_rebuild_embeds_only_changed_rows(built):
+    b1 = index_bundle.load(built.index_root)
+    assert (b1.path / "row_sha.txt").is_file() and "row_sha" not in b1.meta
+    doc = next(built.incidents_dir.glob("*/incident.md"))
+    text = doc.read_text(encoding="utf-8")
+    doc.write_text(text.replace("## English", "## English\nextra words for the rebuild", 1), encoding="utf-8")
+    fresh = KnowledgeBase.open(data_dir=built.data_dir, incidents_dir=built.incidents_dir)
+    b2 = fresh.build_index()
+    assert b2.path != b1.path
+    # Vectors of unchanged rows are reused (the edit is past the embedded head, so none is re-embedded)
+    # while BM25 sees the new words.
+    assert b2.meta["embedded_rows"] < b2.meta["n_rows"]
+    assert "rebuild" in b2.bm25.vocab and "rebuild" not in b1.bm25.vocab

@@ -64,7 +64,7 @@ def _reusable_vectors(previous: IndexBundle | None, embedder) -> dict[str, np.nd
     the rows that changed instead of the whole corpus."""
     if previous is None or previous.meta.get("model") != embedder.name or previous.meta.get("dim") != embedder.dim:
         return {}
-    shas = previous.meta.get("row_sha") or []
+    shas = previous.meta.get("row_sha") or _read_shas(previous.path)
     if len(shas) != previous.vectors.count():
         return {}
     try:
@@ -114,6 +114,14 @@ def _embed_chunks(embedder, batches: list[list[str]], keys: list):
         yield from zip(keys, ex.map(_embed_in_worker, [embedder.name] * len(batches), batches))
 
 
+def _read_shas(path: Path) -> list[str]:
+    try:
+        text = (path / "row_sha.txt").read_text(encoding="utf-8")
+    except OSError:
+        return []
+    return text.split("\n") if text else []
+
+
 def build(records: list[Incident], embedder, fingerprint: str, index_root: Path,
           progress: Callable[[int, int], None] | None = None, batch: int = 64,
           previous: IndexBundle | None = None) -> IndexBundle:
@@ -145,7 +153,7 @@ def build(records: list[Incident], embedder, fingerprint: str, index_root: Path,
         "format": FORMAT_VERSION, "model": embedder.name, "dim": embedder.dim, "fingerprint": fingerprint,
         "n_records": len(records), "n_rows": len(rows), "vector_index": vecs.kind,
         "built_at": time.time(), "build_seconds": round(time.perf_counter() - t0, 3),
-        "embedded_rows": len(todo), "row_sha": shas,
+        "embedded_rows": len(todo),
     }
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=index_root))
     try:
@@ -153,6 +161,9 @@ def build(records: list[Incident], embedder, fingerprint: str, index_root: Path,
         vecs.save(tmp / "vectors.faiss")
         save_segmentations(texts, tmp / "segmentations.marshal")
         (tmp / "rows.json").write_text(json.dumps([[r.incident_id, r.lang] for r in rows]), encoding="utf-8")
+        # Row hashes only serve the next incremental build; in meta.json they made every open parse ~45 MB
+        # of JSON at 1M rows.
+        (tmp / "row_sha.txt").write_text("\n".join(shas), encoding="utf-8")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
         for f in tmp.rglob("*"):
             if f.is_file():
