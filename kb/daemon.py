@@ -204,19 +204,26 @@ def all_daemons(data_dir: Path) -> list[dict]:
     return out
 
 
+def _private_dir(path: Path) -> None:
+    # Only the owner may reach the socket: it answers with the whole knowledge base.
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+
+
 def start(t: Target, wait_s: float = 0.0) -> int:
     """Start a detached daemon for `t` (a no-op race-wise: a second one exits on the lock); returns its pid.
     With wait_s > 0, wait until it answers."""
     import subprocess
 
-    t.run_dir.mkdir(parents=True, exist_ok=True)
+    _private_dir(t.run_dir)
     cmd = [sys.executable, "-m", "kb.daemon", "--data-dir", str(t.data_dir),
            "--incidents-dir", str(t.incidents_dir), "--model", t.model]
     env = dict(os.environ)
     # The daemon must import this very package (a worktree on PYTHONPATH, not some other install).
     env["PYTHONPATH"] = os.pathsep.join([str(_PACKAGE_DIR.parent), *filter(None, [env.get("PYTHONPATH")])])
     with open(t.log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+        # cwd: the run dir, so that a long-lived daemon does not keep the user's working directory busy.
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=t.run_dir,
                                 start_new_session=True, close_fds=True)
     deadline = time.monotonic() + wait_s
     while wait_s > 0 and time.monotonic() < deadline:
@@ -384,7 +391,7 @@ def serve(t: Target, idle_s: float | None = None) -> int:
     """Run the daemon in this process until stopped, idle or orphaned; 0, or 1 when another one holds the lock."""
     import fcntl
 
-    t.run_dir.mkdir(parents=True, exist_ok=True)
+    _private_dir(t.run_dir)
     lock = open(t.run_dir / f"{t.key}.lock", "w")  # noqa: SIM115 - held for the process lifetime
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -103,6 +103,27 @@ def test_stale_socket_falls_back(env, tmp_path):
         daemon.request(t, "ask", {"question": "x"})
 
 
+def test_daemon_exits_when_its_code_changes(env):
+    # An upgraded or edited kb must not be answered by the old code: the daemon hands over and exits.
+    _, t = env
+    daemon.start(t, wait_s=120)
+    info = daemon.status(t)
+    assert info is not None
+    src = os.path.join(os.path.dirname(daemon.__file__), "daemon.py")
+    st = os.stat(src)
+    try:
+        os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        with pytest.raises(daemon.DaemonUnavailable, match="restarting"):
+            daemon.request(t, "ask", {"question": "DPO NLL loss nan"})
+    finally:
+        os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(info["pid"]):
+        time.sleep(0.1)
+    assert not _alive(info["pid"])
+    assert daemon.start(t, wait_s=120) and daemon.status(t) is not None  # a fresh one for test_stop
+
+
 def _alive(pid: int) -> bool:
     # A zombie (exited, not yet reaped by a container's init) counts as gone.
     try:
