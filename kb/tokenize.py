@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+import marshal
 import re
 import threading
 from functools import lru_cache
+from pathlib import Path
 
 # Domain words jieba would otherwise split; added once when jieba first loads.
 DOMAIN_WORDS = (
@@ -36,10 +38,24 @@ def _get_jieba():
                 import jieba
 
                 jieba.setLogLevel(logging.WARNING)
+                # jieba rebuilds its dictionary cache (~2-3 s) whenever the temp dir was cleaned; keep the
+                # prebuilt cache beside the index instead, where it lives as long as the data does.
+                jieba.dt.tmp_dir = _jieba_cache_dir()
                 for w in DOMAIN_WORDS:
                     jieba.add_word(w, freq=200000)
                 _jieba = jieba
     return _jieba
+
+
+def _jieba_cache_dir() -> str | None:
+    from kb import paths
+
+    d = paths.data_dir() / "cache"
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None  # jieba falls back to the temp dir
+    return str(d)
 
 
 def _ascii_tokens(run: str) -> list[str]:
@@ -55,8 +71,48 @@ def _ascii_tokens(run: str) -> list[str]:
     return out
 
 
+# Segmentations saved with an index (every CJK run of the corpus, cut by jieba at build time): a process
+# that only re-tokenizes corpus text (matched terms, English questions) then never loads jieba's
+# dictionary, which costs 1-2 s of a cold start. Runs not in the table still go through jieba.
+_known: dict[str, tuple[str, ...]] = {}
+_pending: list[Path] = []
+
+
+def register_segmentations(path: Path) -> None:
+    """Use the table saved at `path` by `save_segmentations` (read on the first CJK run looked up)."""
+    _pending.append(path)
+
+
+def save_segmentations(texts: list[str], path: Path) -> None:
+    table = {}
+    for text in texts:
+        for run in _CJK_RUN.findall(text):
+            if run not in table:
+                table[run] = _cjk_tokens(run)
+    with open(path, "wb") as f:
+        marshal.dump(table, f)
+
+
+def _load_pending() -> None:
+    while _pending:
+        path = _pending.pop()
+        try:
+            with open(path, "rb") as f:
+                table = marshal.load(f)
+        except (OSError, EOFError, ValueError, TypeError):
+            continue
+        if isinstance(table, dict):
+            _known.update(table)
+
+
 @lru_cache(maxsize=4096)
 def _cjk_tokens(run: str) -> tuple[str, ...]:
+    if _pending:
+        with _jieba_lock:
+            _load_pending()
+    hit = _known.get(run)
+    if hit is not None:
+        return hit
     jieba = _get_jieba()
     return tuple(w for w in jieba.cut(run, HMM=True) if w.strip() and w not in STOP_ZH)
 

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from kb.facts import extract_facts
 from kb.diagnose.models import Diagnosis, DiagnosisItem
+from kb.facts import extract_facts
 from kb.integrations.collect import Collected, render
 from kb.integrations.monitor import Monitor
 from kb.integrations.report import REPORT_FILE, webhook_body, webhook_kind, write_json

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kb.commands._common import add_filters, filters_of, open_kb, print_json, table
+from kb.commands._daemon import answer
 
 
 def register(sub) -> None:
@@ -15,8 +16,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    kb = open_kb(args)
-    res = kb.ask(" ".join(args.question), k=max(1, min(args.k, 50)), filters=filters_of(args))
+    q, k, f = " ".join(args.question), max(1, min(args.k, 50)), filters_of(args)
+    res = answer(args, "ask", lambda: {"question": q, "k": k, "filters": f}, lambda: open_kb(args).ask(q, k=k, filters=f))
     if args.json:
         print_json(res)
         return 0

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from kb.commands._common import open_kb, print_json, table
+from kb.commands._daemon import answer, diagnose_params
 from kb.errors import InputError
 
 
@@ -59,6 +60,11 @@ def read_input(path: str) -> str:
 
 
 def run(args) -> int:
+    res = answer(args, "diagnose", lambda: diagnose_params(args), lambda: _diagnose_here(args))
+    return _print(args, res)
+
+
+def _diagnose_here(args):
     texts = [read_input(f) for f in args.files]
     given: dict = {}
     run_log = ""
@@ -78,8 +84,11 @@ def run(args) -> int:
     if not given and not any(t.strip() for t in [*texts, log or "", config or "", args.question or ""]):
         raise InputError("empty input: give a log, config or text file, '-' with text on stdin, or --question")
     kb = open_kb(args)
-    res = kb.diagnose(log=log, config=config, question=args.question, text="\n".join(texts) if texts else None,
-                   k=max(1, min(args.k, 20)), mode=args.mode, facts=given or None)
+    return kb.diagnose(log=log, config=config, question=args.question, text="\n".join(texts) if texts else None,
+                       k=max(1, min(args.k, 20)), mode=args.mode, facts=given or None)
+
+
+def _print(args, res) -> int:
     if args.json:
         print_json(res)
         return 0

@@ -12,7 +12,8 @@ def register(sub) -> None:
     p.add_argument("--port", type=int, default=int(os.environ.get("KB_PORT", "8000")),
                    help="port (default 8000; env KB_PORT)")
     p.add_argument("--workers", type=int, default=int(os.environ.get("KB_WORKERS", "1")),
-                   help="worker processes (default 1; each loads the index)")
+                   help="worker processes (default 1; 0 = one per CPU core; env KB_WORKERS). Workers map "
+                        "the same read-only index and model weights, so memory grows little per worker")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.set_defaults(func=run)
 
@@ -28,7 +29,10 @@ def run(args) -> int:
         value = getattr(args, flag, None)
         if value:
             os.environ[env] = str(value)
+    if args.workers <= 0:
+        args.workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if args.workers > 1:
+        _bind_tcp_sockets_as_tcp()
         # Build the index once here, before the workers start, so they do not race to build it.
         from kb.commands._common import open_kb
 
@@ -36,3 +40,26 @@ def run(args) -> int:
     uvicorn.run("api.app:create_app", factory=True, host=args.host, port=args.port,
                 workers=max(1, args.workers), log_level=args.log_level, proxy_headers=True)
     return 0
+
+
+def _bind_tcp_sockets_as_tcp() -> None:
+    """uvicorn's multi-worker mode binds `socket.socket(family)`, i.e. proto 0; the workers' accepted
+    connections inherit it and asyncio only sets TCP_NODELAY when proto is IPPROTO_TCP, so each keep-alive
+    response waited for a delayed ACK (measured on loopback: p50 52 ms with 2 workers vs 6 ms on a new
+    connection). Re-wrap the bound socket with the protocol spelled out."""
+    import socket
+
+    from uvicorn.config import Config
+
+    original = Config.bind_socket
+    if getattr(original, "_kb_tcp", False):
+        return
+
+    def bind_socket(self: Config) -> socket.socket:
+        sock = original(self)
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.proto == 0:
+            sock = socket.socket(sock.family, sock.type, socket.IPPROTO_TCP, fileno=sock.detach())
+        return sock
+
+    bind_socket._kb_tcp = True  # type: ignore[attr-defined]
+    Config.bind_socket = bind_socket

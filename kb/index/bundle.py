@@ -18,7 +18,7 @@ import numpy as np
 from kb.index.bm25 import BM25
 from kb.index.vectors import FaissIndex, make_vector_index
 from kb.records import Incident
-from kb.tokenize import tokenize
+from kb.tokenize import register_segmentations, save_segmentations, tokenize
 
 FORMAT_VERSION = 3
 CURRENT = "CURRENT"
@@ -64,7 +64,7 @@ def _reusable_vectors(previous: IndexBundle | None, embedder) -> dict[str, np.nd
     the rows that changed instead of the whole corpus."""
     if previous is None or previous.meta.get("model") != embedder.name or previous.meta.get("dim") != embedder.dim:
         return {}
-    shas = previous.meta.get("row_sha") or []
+    shas = previous.meta.get("row_sha") or _read_shas(previous.path)
     if len(shas) != previous.vectors.count():
         return {}
     try:
@@ -72,6 +72,54 @@ def _reusable_vectors(previous: IndexBundle | None, embedder) -> dict[str, np.nd
     except RuntimeError:
         return {}
     return {sha: mat[i] for i, sha in enumerate(shas)}
+
+
+# A build fans the embedding out to worker processes only when there is this much to embed: each worker
+# costs ~0.5 s to start (pre-converted model), and small ingests should not pay that.
+PARALLEL_MIN_ROWS = 2000
+
+
+def embed_procs(n_rows: int) -> int:
+    """Worker processes for embedding n_rows: KB_EMBED_PROCS, default one per core. Processes, not BLAS
+    threads: the numpy models run single-threaded fastest per row (kb.embed._threads), so cores are used by
+    running one model per core on its own share of the rows."""
+    if n_rows < PARALLEL_MIN_ROWS:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        return max(1, int(os.environ.get("KB_EMBED_PROCS", cores)))
+    except ValueError:
+        return cores
+
+
+def _embed_in_worker(name: str, texts: list[str]) -> np.ndarray:
+    from kb.embed import get_embedder
+
+    return get_embedder(name).encode(texts)
+
+
+def _embed_chunks(embedder, batches: list[list[str]], keys: list):
+    """(key, vectors) per batch, in order; in parallel processes for big builds of process-safe models
+    (the numpy ones; a torch model already spreads over the cores by itself)."""
+    procs = embed_procs(sum(len(b) for b in batches)) if getattr(embedder, "process_parallel", False) else 1
+    if procs <= 1:
+        for key, b in zip(keys, batches):
+            yield key, embedder.encode(b)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn, not fork: the parent may hold BLAS / OpenMP thread pools that a forked child would inherit broken.
+    with ProcessPoolExecutor(procs, mp_context=multiprocessing.get_context("spawn")) as ex:
+        yield from zip(keys, ex.map(_embed_in_worker, [embedder.name] * len(batches), batches))
+
+
+def _read_shas(path: Path) -> list[str]:
+    try:
+        text = (path / "row_sha.txt").read_text(encoding="utf-8")
+    except OSError:
+        return []
+    return text.split("\n") if text else []
 
 
 def build(records: list[Incident], embedder, fingerprint: str, index_root: Path,
@@ -93,9 +141,9 @@ def build(records: list[Incident], embedder, fingerprint: str, index_root: Path,
     done = len(texts) - len(todo)
     if progress:
         progress(done, len(texts))
-    for j in range(0, len(todo), batch):
-        idx = todo[j:j + batch]
-        matrix[idx] = embedder.encode([texts[i][:DENSE_CHARS] for i in idx])
+    chunks = [todo[j:j + batch] for j in range(0, len(todo), batch)]
+    for idx, vecs_ in _embed_chunks(embedder, [[texts[i][:DENSE_CHARS] for i in idx] for idx in chunks], chunks):
+        matrix[idx] = vecs_
         done += len(idx)
         if progress:
             progress(done, len(texts))
@@ -105,17 +153,22 @@ def build(records: list[Incident], embedder, fingerprint: str, index_root: Path,
         "format": FORMAT_VERSION, "model": embedder.name, "dim": embedder.dim, "fingerprint": fingerprint,
         "n_records": len(records), "n_rows": len(rows), "vector_index": vecs.kind,
         "built_at": time.time(), "build_seconds": round(time.perf_counter() - t0, 3),
-        "embedded_rows": len(todo), "row_sha": shas,
+        "embedded_rows": len(todo),
     }
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=index_root))
     try:
-        bm25.save(tmp / "bm25.npz")
+        bm25.save(tmp / "bm25")
         vecs.save(tmp / "vectors.faiss")
+        save_segmentations(texts, tmp / "segmentations.marshal")
         (tmp / "rows.json").write_text(json.dumps([[r.incident_id, r.lang] for r in rows]), encoding="utf-8")
+        # Row hashes only serve the next incremental build; in meta.json they made every open parse ~45 MB
+        # of JSON at 1M rows.
+        (tmp / "row_sha.txt").write_text("\n".join(shas), encoding="utf-8")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
-        for f in tmp.iterdir():
-            with open(f, "rb") as fh:
-                os.fsync(fh.fileno())
+        for f in tmp.rglob("*"):
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
         final = index_root / f"build-{int(time.time())}-{uuid.uuid4().hex[:8]}"
         os.rename(tmp, final)
         _publish(index_root, final.name)
@@ -146,8 +199,11 @@ def _gc(index_root: Path, keep: str) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def load(index_root: Path) -> IndexBundle | None:
-    """The published index, or None when there is none (or it is unreadable / of an old format)."""
+def load(index_root: Path, mmap: bool = True) -> IndexBundle | None:
+    """The published index, or None when there is none (or it is unreadable / of an old format).
+
+    By default the BM25 arrays and the vectors are memory-mapped read-only: loading costs no copy, and
+    processes that open the same build (server workers, the daemon) share its pages."""
     try:
         name = (index_root / CURRENT).read_text().strip()
         path = index_root / name
@@ -155,7 +211,11 @@ def load(index_root: Path) -> IndexBundle | None:
         if meta.get("format") != FORMAT_VERSION:
             return None
         rows = [Row(a, b) for a, b in json.loads((path / "rows.json").read_text(encoding="utf-8"))]
-        return IndexBundle(rows, BM25.load(path / "bm25.npz"), FaissIndex.load(path / "vectors.faiss"), meta, path)
+        if (path / "segmentations.marshal").is_file():
+            register_segmentations(path / "segmentations.marshal")
+        bm_path = path / "bm25" if (path / "bm25").is_dir() else path / "bm25.npz"
+        return IndexBundle(rows, BM25.load(bm_path, mmap=mmap), FaissIndex.load(path / "vectors.faiss", mmap=mmap),
+                           meta, path)
     except (OSError, ValueError, KeyError, RuntimeError):
         return None
 

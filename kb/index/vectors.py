@@ -26,10 +26,11 @@ class VectorIndex(ABC):
 
 
 class FaissIndex(VectorIndex):
-    # Exact inner-product search costs ~15 ms/query at 100k x 384 on one core (retrieval-findings.md), so
-    # below FLAT_LIMIT rows exact search is both cheapest to build and exact; above it HNSW (M=32,
-    # efSearch=64) reached recall@10 0.999 at ~0.2 ms/query on clustered data.
-    FLAT_LIMIT = 50_000
+    # Exact search costs ~0.15-0.6 ms per 1k rows of 512-d per query on one core (quiet vs shared machine),
+    # so up to FLAT_LIMIT rows it is exact, cheapest to build and still a few ms; above it HNSW (M=32,
+    # efSearch=64: recall@10 0.999 on clustered data, retrieval-findings.md; 1.2 ms at 20k rows measured
+    # here) keeps an ask's vector search near 1 ms at 100k+ rows, for seconds of graph building.
+    FLAT_LIMIT = 10_000
 
     def __init__(self, dim: int, n_expected: int = 0, index=None) -> None:
         import faiss
@@ -53,7 +54,17 @@ class FaissIndex(VectorIndex):
         k = max(1, min(k, self.count()))
         if self.count() == 0:
             return np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
-        sims, ids = self._index.search(np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32), k)
+        import faiss
+
+        # One query runs on one OpenMP thread: on the shared 2-core machine a 20k-row flat search took 59 ms
+        # with 2 threads and 12 ms with 1 (threads spinning against each other and other processes).
+        # Restored afterwards, so that a build in the same process still adds vectors on every core.
+        prev = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(1)
+        try:
+            sims, ids = self._index.search(np.ascontiguousarray(query.reshape(1, -1), dtype=np.float32), k)
+        finally:
+            faiss.omp_set_num_threads(prev)
         return sims[0], ids[0]
 
     def count(self) -> int:
@@ -68,10 +79,14 @@ class FaissIndex(VectorIndex):
         faiss.write_index(self._index, str(path))
 
     @classmethod
-    def load(cls, path: Path) -> FaissIndex:
+    def load(cls, path: Path, mmap: bool = True) -> FaissIndex:
+        """Read an index; with mmap the vectors stay in the file (IO_FLAG_MMAP_IFC), so worker processes
+        share them through the page cache. Published index files are never rewritten (a rebuild writes
+        a new folder), which is what makes mapping them safe."""
         import faiss
 
-        idx = faiss.read_index(str(path))
+        flags = faiss.IO_FLAG_MMAP_IFC | faiss.IO_FLAG_READ_ONLY if mmap else 0
+        idx = faiss.read_index(str(path), flags)
         return cls(idx.d, index=idx)
 
 
