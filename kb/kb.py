@@ -338,7 +338,9 @@ class KnowledgeBase:
         abstained, reason = False, ""
         if not filters:
             d = self.diagnose(question=question, k=k)
-            order = [x.incident_id for x in d.diagnoses if x.incident_id]
+            # The diagnosis's first incident leads; retrieval orders the rest (other incidents of the same
+            # mechanism are what a question usually wants next).
+            order = [x.incident_id for x in d.diagnoses[:1] if x.incident_id]
             abstained, reason = d.abstained, d.reason
         order += [h.id for h in hits if h.id not in order]
         items = []
