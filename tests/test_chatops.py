@@ -264,8 +264,10 @@ def test_slack_events_url_verification_and_app_mention_once(client, receiver):
         "challenge": "3eZbrw1aB"}
     event = json.dumps({"type": "event_callback", "event_id": "Ev-1", "event": {
         "type": "app_mention", "text": f"<@U0BOT> {QUESTION}", "channel": "C42", "ts": "1700000000.0001"}}).encode()
-    for _ in range(2):  # Slack redelivers; the second one is a duplicate
-        assert slack_post(client, "/chatops/slack/events", event, "application/json").status_code == 200
+    now = int(time.time())
+    # Slack redelivers (a new request: its own timestamp and signature); the second one is a duplicate event.
+    for ts in (now, now - 1):
+        assert slack_post(client, "/chatops/slack/events", event, "application/json", ts=ts).status_code == 200
     posted = receiver.wait_for("/api/chat.postMessage")
     time.sleep(0.3)
     assert len([p for p in receiver.paths() if p.endswith("chat.postMessage")]) == 1

@@ -12,8 +12,8 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz")
-def healthz() -> dict:
-    """The process is up (no dependency is touched)."""
+async def healthz() -> dict:
+    """The process is up (no dependency is touched; runs on the event loop, never waits for a worker thread)."""
     return {"status": "ok"}
 
 
