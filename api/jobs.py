@@ -112,7 +112,7 @@ class JobManager:
         return self.dir / f"{job_id}.json"
 
     def _write(self, job: Job) -> None:
-        tmp = self.dir / f".{job.id}.{os.getpid()}.tmp"
+        tmp = self.dir / f".{job.id}.{os.getpid()}.{threading.get_ident()}.tmp"
         tmp.write_text(job.model_dump_json(), encoding="utf-8")
         os.replace(tmp, self._path(job.id))  # readers see the old or the new record, never half of one
 
@@ -208,12 +208,14 @@ class JobManager:
         unfinished record says why."""
         with self._lock:
             self._stopping = True
-            queued = [j for j in self._jobs.values() if j.status == "queued"]
+            unfinished = [j for j in self._jobs.values() if j.status in ("queued", "running")]
         self._pool.shutdown(wait=False, cancel_futures=True)
         from kb.repro.runner import kill_all
 
         kill_all()
-        for job in queued:
+        # Written here, not left to the worker threads: the process may exit before they wake up.
+        for job in unfinished:
+            when = "while the job was running" if job.status == "running" else "before the job started"
             job.status, job.finished_at, job.owner = "failed", time.time(), None
-            job.error = ErrorBody(code="server_stopped", message="the server stopped before the job started")
+            job.error = ErrorBody(code="server_stopped", message=f"the server stopped {when}")
             self._write(job)
