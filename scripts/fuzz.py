@@ -9,6 +9,8 @@ with hostile values (nan, inf, 1e309, huge integers), deep JSON / YAML nesting, 
 surrogates, NUL bytes and mixed encodings, each at most --max-bytes. Library targets run in a worker process that
 is killed and restarted when one input takes longer than --hang-s (a hang); the API target runs `kb serve` in its
 own process on 127.0.0.1, sends the inputs from 4 client threads and polls /healthz every 100 ms meanwhile.
+Two more targets measure the server rather than fuzz it: `slowloris` holds --slowloris connections that never
+finish their headers, `overload` sends --overload clients' diagnoses at once and samples the server's memory.
 
 Prints one JSON report: per target the inputs run, crashes (exceptions other than kb.errors.KBError) and their
 distinct causes (type and kb/ source line), hangs, inputs over 1 s, max latency, and for the API the status
@@ -33,6 +35,7 @@ import traceback
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -250,7 +253,7 @@ def gen_request(rng: random.Random, max_bytes: int) -> dict[str, Any]:
         return {"method": "POST", "path": "/v1/ask", "ctype": "application/json", "body": body}
     if r < 0.7:
         return {"method": "GET", "path": rng.choice(["/v1/incidents/", "/v1/jobs/", "/v1/incidents?category=",
-                                                     "/v1/incidents?limit="]) + _rand_text(rng, 20),
+                                                     "/v1/incidents?limit="]) + quote(_rand_text(rng, 20)),
                 "ctype": "", "body": b""}
     if r < 0.8:
         override = {rng.choice(CONFIG_KEYS + ["num_generations"]): rng.choice(
@@ -281,33 +284,51 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def fuzz_api(n: int, rng: random.Random, args) -> dict[str, Any]:
+def start_server(args, log, extra: list[str] | None = None) -> tuple[subprocess.Popen, str]:
+    """`kb serve` in its own process on a free loopback port, with every chat platform configured."""
     import httpx
 
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)  # noqa: SIM115 - read after the server ends
     env = {**os.environ, "KB_DATA_DIR": args.data_dir, "KB_INCIDENTS_DIR": args.incidents_dir, "KB_API_KEYS": KEY,
            "KB_SLACK_SIGNING_SECRET": "s", "KB_FEISHU_ENCRYPT_KEY": "k", "KB_FEISHU_VERIFICATION_TOKEN": "t",
            "KB_DINGTALK_APP_SECRET": "d", "KB_REPRO_MAX_PENDING": "2", "PYTHONPATH": str(REPO)}
     server = subprocess.Popen([sys.executable, "-m", "kb.cli", "serve", "--port", str(port), "--log-level",
-                               "warning"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO))
+                               "warning", *(extra or [])], env=env, stdout=log, stderr=subprocess.STDOUT,
+                              cwd=str(REPO))
+    deadline = time.monotonic() + 600
+    while True:
+        try:
+            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                return server, url
+        except httpx.HTTPError:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            raise RuntimeError("kb serve did not become ready")
+        time.sleep(0.5)
+
+
+def stop_server(server: subprocess.Popen) -> None:
+    server.terminate()
+    try:
+        server.wait(30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+def fuzz_api(n: int, rng: random.Random, args) -> dict[str, Any]:
+    import httpx
+
+    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)  # noqa: SIM115 - read after the server ends
     statuses: Counter[str] = Counter()
     lat: list[float] = []
     health: list[float] = []
     stop = threading.Event()
     lock = threading.Lock()
+    server, url = start_server(args, log)
     try:
-        deadline = time.monotonic() + 600
-        while True:
-            try:
-                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("kb serve did not become ready")
-            time.sleep(0.5)
 
         def probe() -> None:
             with httpx.Client(timeout=30) as c:
@@ -339,7 +360,7 @@ def fuzz_api(n: int, rng: random.Random, args) -> dict[str, Any]:
                         key = f"{resp.status_code // 100}xx" if resp.status_code != 503 else "503"
                     except httpx.TimeoutException:
                         key = "timeout"
-                    except httpx.HTTPError as e:
+                    except (httpx.HTTPError, httpx.InvalidURL) as e:
                         key = f"transport:{type(e).__name__}"
                     with lock:
                         statuses[key] += 1
@@ -354,11 +375,7 @@ def fuzz_api(n: int, rng: random.Random, args) -> dict[str, Any]:
             t.join()
     finally:
         stop.set()
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop_server(server)
     log.seek(0)
     server_log = log.read()
     os.unlink(log.name)
@@ -371,11 +388,115 @@ def fuzz_api(n: int, rng: random.Random, args) -> dict[str, Any]:
             "server_tracebacks": server_log.count("Traceback")}
 
 
+def slowloris(n: int, args) -> dict[str, Any]:
+    """`n` connections that send one header line every 0.5 s and never finish: how many does the server close,
+    and does /healthz still answer meanwhile?"""
+    import httpx
+
+    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)  # noqa: SIM115 - removed below
+    server, url = start_server(args, log)
+    port = int(url.rsplit(":", 1)[1])
+    socks, closed_at = [], {}
+    t0 = time.monotonic()
+    try:
+        for _ in range(n):
+            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            s.sendall(b"POST /v1/diagnose HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            s.setblocking(False)
+            socks.append(s)
+        health = []
+        while len(closed_at) < n and time.monotonic() - t0 < 120:
+            for i, s in enumerate(socks):
+                if i in closed_at:
+                    continue
+                try:
+                    s.send(b"X-Drip: 1\r\n")
+                    if s.recv(64) == b"":
+                        closed_at[i] = time.monotonic() - t0
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    closed_at[i] = time.monotonic() - t0
+            h0 = time.perf_counter()
+            httpx.get(url + "/healthz", timeout=30)
+            health.append(time.perf_counter() - h0)
+            time.sleep(0.5)
+    finally:
+        for s in socks:
+            s.close()
+        stop_server(server)
+        os.unlink(log.name)
+    times = sorted(closed_at.values())
+    return {"connections": n, "closed_by_server": len(times), "still_open_after_s": round(time.monotonic() - t0, 1)
+            if len(times) < n else None, "last_closed_after_s": round(times[-1], 1) if times else None,
+            "healthz_max_ms": round(max(health, default=0) * 1000, 1)}
+
+
+def overload(clients: list[int], args) -> dict[str, Any]:
+    """`c` clients at once posting a real diagnosis each: statuses (503 + Retry-After past the admission cap) and
+    the server's peak RSS, for each c; memory should follow the cap, not c."""
+    import httpx
+    import psutil
+
+    body = json.dumps({"log": "\n".join(["{'loss': 0.69, 'grad_norm': 3.2, 'epoch': 0.01}"] * 50
+                                         + ["{'loss': nan, 'grad_norm': nan, 'epoch': 0.03}"] * 5),
+                       "config": "rlhf_type: dpo\nsequence_parallel_size: 4\nbf16: true"}).encode()
+    out: dict[str, Any] = {}
+    for c in clients:
+        log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)  # noqa: SIM115 - removed below
+        server, url = start_server(args, log)
+        proc = psutil.Process(server.pid)
+        peak = [proc.memory_info().rss]
+        stop = threading.Event()
+
+        def sample(proc=proc, peak=peak, stop=stop) -> None:
+            while not stop.is_set():
+                try:
+                    peak[0] = max(peak[0], proc.memory_info().rss)
+                except psutil.Error:
+                    return
+                time.sleep(0.05)
+
+        statuses: Counter[str] = Counter()
+        retry_after: set[str] = set()
+        lock = threading.Lock()
+
+        def one(url=url, statuses=statuses, retry_after=retry_after, lock=lock) -> None:
+            try:
+                r = httpx.post(url + "/v1/diagnose", content=body, headers={"content-type": "application/json"},
+                               timeout=120)
+                with lock:
+                    statuses[str(r.status_code)] += 1
+                    if r.status_code == 503:
+                        retry_after.add(r.headers.get("retry-after", "missing"))
+            except httpx.HTTPError as e:
+                with lock:
+                    statuses[type(e).__name__] += 1
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        idle = proc.memory_info().rss
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=one) for _ in range(c)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        stop.set()
+        out[str(c)] = {"statuses": dict(statuses), "retry_after": sorted(retry_after),
+                       "seconds": round(time.perf_counter() - t0, 1), "rss_idle_mb": round(idle / 2**20),
+                       "rss_peak_mb": round(peak[0] / 2**20)}
+        stop_server(server)
+        os.unlink(log.name)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=1000, help="inputs per target (default 1000)")
-    p.add_argument("--targets", default="diagnose,ingest,api", help="comma-separated: diagnose, ingest, api")
+    p.add_argument("--targets", default="diagnose,ingest,api",
+                   help="comma-separated: diagnose, ingest, api, slowloris, overload")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-bytes", type=int, default=100_000, help="largest input (default 100,000 bytes)")
     p.add_argument("--hang-s", type=float, default=10.0, help="an input taking longer than this is a hang")
@@ -384,6 +505,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save-crashes", type=Path, help="write each distinct crashing / hanging input here")
     p.add_argument("--json-out", type=Path, help="also write the report here")
     p.add_argument("--progress", action="store_true")
+    p.add_argument("--slowloris", type=int, default=600, help="target slowloris: connections to hold (600)")
+    p.add_argument("--overload", default="8,64", help="target overload: concurrent clients per round (8,64)")
     args = p.parse_args(argv)
     if args.n < 1 or args.max_bytes < 1 or args.hang_s <= 0:
         p.error("--n, --max-bytes and --hang-s must be positive")
@@ -408,6 +531,10 @@ def main(argv: list[str] | None = None) -> int:
             report[target] = fuzz_library(target, args.n, rng, args, args.save_crashes)
         elif target == "api":
             report[target] = fuzz_api(args.n, rng, args)
+        elif target == "slowloris":
+            report[target] = slowloris(args.slowloris, args)
+        elif target == "overload":
+            report[target] = overload([int(x) for x in args.overload.split(",")], args)
         else:
             p.error(f"unknown target {target!r}")
         report[target]["seconds"] = round(time.time() - started, 1)
