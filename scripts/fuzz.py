@@ -379,13 +379,22 @@ def fuzz_api(n: int, rng: random.Random, args) -> dict[str, Any]:
     log.seek(0)
     server_log = log.read()
     os.unlink(log.name)
+    # The exception line that ends each server-side traceback, with its last kb/ frame: the causes of the 5xx.
+    errors: Counter[str] = Counter()
+    for block in server_log.split("Traceback (most recent call last):")[1:]:
+        lines = [ln for ln in block.splitlines() if ln.strip()]
+        frames = [ln.strip() for ln in lines if ln.strip().startswith("File ") and "/kb/" in ln]
+        last = next((ln for ln in reversed(lines) if not ln.startswith(" ") and ":" in ln), "?")
+        where = frames[-1].split("/kb/")[-1].split('",')[0] + ":" + frames[-1].split("line ")[-1].split(",")[0] \
+            if frames else "?"
+        errors[f"{last.split(':')[0]} at {where}"] += 1
     lat.sort()
     return {"inputs": n, "statuses": dict(statuses), "5xx": statuses["5xx"], "timeouts": statuses["timeout"],
             "over_1s": sum(1 for x in lat if x > 1.0), "max_latency_s": round(lat[-1], 3) if lat else 0.0,
             "p99_latency_s": round(lat[int(len(lat) * 0.99)], 3) if lat else 0.0,
             "healthz_max_ms": round(max(health, default=0.0) * 1000, 1),
             "healthz_p99_ms": round(sorted(health)[int(len(health) * 0.99)] * 1000, 1) if health else 0.0,
-            "server_tracebacks": server_log.count("Traceback")}
+            "server_tracebacks": server_log.count("Traceback"), "server_errors": dict(errors)}
 
 
 def slowloris(n: int, args) -> dict[str, Any]:

@@ -17,12 +17,12 @@ def register(sub) -> None:
     p.add_argument("--workers", type=int, default=int(os.environ.get("KB_WORKERS", "1")),
                    help="worker processes (default 1; each loads the index)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
-    p.add_argument("--header-timeout", type=float, default=float(os.environ.get("KB_HEADER_TIMEOUT_S", "10")),
+    p.add_argument("--header-timeout", type=float, default=os.environ.get("KB_HEADER_TIMEOUT_S", "10"),
                    help="seconds a client has to send a request's headers (default 10; env KB_HEADER_TIMEOUT_S)")
-    p.add_argument("--body-timeout", type=float, default=float(os.environ.get("KB_BODY_TIMEOUT_S", "30")),
+    p.add_argument("--body-timeout", type=float, default=os.environ.get("KB_BODY_TIMEOUT_S", "30"),
                    help="seconds a client has to send a request's body, else 408 (default 30; env KB_BODY_TIMEOUT_S)")
     p.add_argument("--keep-alive", type=int, default=5, help="seconds an idle kept-alive connection stays open (5)")
-    p.add_argument("--max-inflight", type=int, default=int(os.environ.get("KB_MAX_INFLIGHT", "4")),
+    p.add_argument("--max-inflight", type=int, default=os.environ.get("KB_MAX_INFLIGHT", "4"),
                    help="diagnoses running at once per worker; beyond it and a short queue, 503 with Retry-After "
                         "(default 4; env KB_MAX_INFLIGHT)")
     p.add_argument("--limit-concurrency", type=int, default=None,
@@ -33,6 +33,11 @@ def register(sub) -> None:
 def run(args) -> int:
     # Imported here so the library (and every other command) never imports the HTTP layer.
     import uvicorn
+
+    for name, value in (("header_timeout", args.header_timeout), ("body_timeout", args.body_timeout),
+                        ("max_inflight", args.max_inflight)):
+        if value is None or not math.isfinite(value) or value <= 0:
+            raise InputError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
 
     # Workers are separate processes that build the app from the environment (uvicorn --factory),
     # so the global flags travel as environment variables.
@@ -46,10 +51,6 @@ def run(args) -> int:
         from kb.commands._common import open_kb
 
         open_kb(args, progress=False).build_index()
-    for name, value in (("header_timeout", args.header_timeout), ("body_timeout", args.body_timeout),
-                        ("max_inflight", args.max_inflight)):
-        if value is None or not math.isfinite(value) or value <= 0:
-            raise InputError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
     os.environ["KB_BODY_TIMEOUT_S"] = str(args.body_timeout)
     os.environ["KB_MAX_INFLIGHT"] = str(args.max_inflight)
     from api.server import uvicorn_options
