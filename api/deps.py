@@ -5,6 +5,7 @@ Routes take these as typed parameters (`kb: KBDep`) instead of reading `request.
 from __future__ import annotations
 
 import hmac
+import threading
 from typing import Annotated
 
 import httpx
@@ -45,7 +46,12 @@ def get_replay(request: Request) -> ReplayCache:
 
 
 def get_http(request: Request) -> httpx.AsyncClient:
+    """The app's outgoing HTTP client (chat replies), opened in the lifespan."""
     return request.app.state.http
+
+
+def get_ingest_lock(request: Request) -> threading.Lock:
+    return request.app.state.ingest_lock
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
@@ -54,6 +60,8 @@ JobsDep = Annotated[JobManager, Depends(get_jobs)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 AdmissionDep = Annotated[Admission, Depends(get_admission)]
 ReplayDep = Annotated[ReplayCache, Depends(get_replay)]
+HttpDep = Annotated[httpx.AsyncClient, Depends(get_http)]
+IngestLockDep = Annotated[threading.Lock, Depends(get_ingest_lock)]
 
 
 def presented_key(request: Request) -> str | None:

@@ -10,10 +10,11 @@ import json
 import os
 import re
 import time
+from typing import Annotated
 
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-from fastapi import APIRouter, BackgroundTasks, Request
+from fastapi import APIRouter, BackgroundTasks, Depends, Request
 
 from api.admission import Admission, Overloaded
 from api.bodies import parse_json, parse_object
@@ -28,7 +29,7 @@ from api.chatops.common import (
     post_json,
 )
 from api.chatops.formatting import busy_message, feishu_reply_body
-from api.deps import AdmissionDep, KBDep, MetricsDep, ReplayDep, SettingsDep
+from api.deps import AdmissionDep, HttpDep, KBDep, MetricsDep, ReplayDep, SettingsDep
 from api.errors import APIError
 from api.metrics import Metrics
 from api.settings import Settings
@@ -140,13 +141,18 @@ async def _reply(kb, http, admission: Admission, metrics: Metrics, settings: Set
     metrics.chatops.labels("feishu", "answered" if ok else "delivery_failed").inc()
 
 
+def _token_cache(request: Request) -> _TenantToken:
+    return request.app.state.feishu_token
+
+
 # An unsigned request can only be a URL-verification challenge, which is small; nothing bigger is parsed unsigned.
 UNSIGNED_MAX_BYTES = 16 * 1024
 
 
 @router.post("/events", summary="Feishu / Lark event subscription")
 async def events(request: Request, background: BackgroundTasks, s: SettingsDep, kb: KBDep, replay: ReplayDep,
-                 metrics: MetricsDep, admission: AdmissionDep) -> dict:
+                 metrics: MetricsDep, admission: AdmissionDep, http: HttpDep,
+                 token_cache: Annotated[_TenantToken, Depends(_token_cache)]) -> dict:
     if not (s.feishu_verification_token or s.feishu_encrypt_key):
         raise NotConfigured("Feishu", "KB_FEISHU_VERIFICATION_TOKEN and/or KB_FEISHU_ENCRYPT_KEY")
     body = await request.body()
@@ -218,6 +224,6 @@ async def events(request: Request, background: BackgroundTasks, s: SettingsDep, 
         return {}
     if admission.saturated():
         raise Overloaded(s.retry_after_s, "too many answers in progress")
-    background.add_task(_reply, kb, request.app.state.http, admission, metrics, s, request.app.state.feishu_token,
+    background.add_task(_reply, kb, http, admission, metrics, s, token_cache,
                         message_id, text)
     return {}

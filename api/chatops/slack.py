@@ -22,7 +22,7 @@ from api.chatops.common import (
 )
 from api.chatops.formatting import busy_message, to_slack
 from api.chatops.replay import ReplayCache
-from api.deps import AdmissionDep, KBDep, MetricsDep, ReplayDep, SettingsDep
+from api.deps import AdmissionDep, HttpDep, KBDep, MetricsDep, ReplayDep, SettingsDep
 from api.errors import APIError
 from api.metrics import Metrics
 from api.settings import Settings
@@ -79,7 +79,7 @@ async def _answer_to(kb, http, admission: Admission, metrics: Metrics, settings:
 
 @router.post("/commands", summary="Slack slash command (/kb ...)")
 async def slash_command(request: Request, background: BackgroundTasks, settings: SettingsDep, kb: KBDep,
-                        replay: ReplayDep, metrics: MetricsDep, admission: AdmissionDep) -> dict:
+                        replay: ReplayDep, metrics: MetricsDep, admission: AdmissionDep, http: HttpDep) -> dict:
     """Acknowledges at once; the full answer goes to the command's response_url."""
     body = await _verified_body(request, settings, replay, metrics)
     form = parse_form(body)
@@ -90,14 +90,14 @@ async def slash_command(request: Request, background: BackgroundTasks, settings:
     if admission.saturated():
         raise Overloaded(settings.retry_after_s, "too many answers in progress")
     text = form.get("text", "")
-    background.add_task(_answer_to, kb, request.app.state.http, admission, metrics, settings, text, response_url,
+    background.add_task(_answer_to, kb, http, admission, metrics, settings, text, response_url,
                         {"response_type": "in_channel", "replace_original": False})
     return {"response_type": "ephemeral", "text": "Looking through the known NaN incidents…"}
 
 
 @router.post("/events", summary="Slack Events API (url_verification, app_mention)")
 async def events(request: Request, background: BackgroundTasks, settings: SettingsDep, kb: KBDep,
-                 replay: ReplayDep, metrics: MetricsDep, admission: AdmissionDep) -> dict:
+                 replay: ReplayDep, metrics: MetricsDep, admission: AdmissionDep, http: HttpDep) -> dict:
     body = await _verified_body(request, settings, replay, metrics)
     payload = parse_object(body)
     if payload.get("type") == "url_verification":
@@ -115,7 +115,7 @@ async def events(request: Request, background: BackgroundTasks, settings: Settin
         log.warning("app_mention received but KB_SLACK_BOT_TOKEN is not set; cannot reply")
         return {"ok": True}
     text = _MENTION.sub("", str(event.get("text", ""))).strip()
-    background.add_task(_answer_to, kb, request.app.state.http, admission, metrics, settings, text,
+    background.add_task(_answer_to, kb, http, admission, metrics, settings, text,
                         settings.slack_api_base.rstrip("/") + "/chat.postMessage",
                         {"channel": event.get("channel"), "thread_ts": event.get("thread_ts") or event.get("ts")},
                         {"Authorization": f"Bearer {settings.slack_bot_token}"})

@@ -9,7 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from api.bodies import parse_model
-from api.deps import JobsDep, KBDep, MetricsDep, SettingsDep, require_read_key, require_write_key
+from api.deps import (
+    IngestLockDep,
+    JobsDep,
+    KBDep,
+    MetricsDep,
+    SettingsDep,
+    require_read_key,
+    require_write_key,
+)
 from api.errors import ERROR_RESPONSES, APIError, ErrorResponse
 from api.jobs import Job, ReproParams
 from api.limits import decode_text
@@ -86,7 +94,7 @@ def stats(kb: KBDep) -> dict:
              dependencies=[Depends(require_write_key)],
              responses={**ERROR_RESPONSES, 201: {"model": IngestOutcome, "description": "created"},
                         409: {"model": ErrorResponse, "description": "near-duplicate of an existing record"}})
-async def ingest(request: Request, response: Response, metrics: MetricsDep,
+async def ingest(request: Request, response: Response, metrics: MetricsDep, kb: KBDep, lock: IngestLockDep,
                  name: Annotated[str, Query(min_length=1, max_length=200)] = "upload.md",
                  fmt: Annotated[str | None, Query(max_length=20)] = None,
                  allow_duplicate: bool = False) -> IngestOutcome:
@@ -103,7 +111,7 @@ async def ingest(request: Request, response: Response, metrics: MetricsDep,
                        f"unsupported Content-Type {ctype!r}: send application/json, text/markdown or text/plain")
     if not body.text.strip():
         raise APIError(422, "invalid_input", "the document is empty")
-    outcome = await run_in_threadpool(_ingest_locked, request.app, body)
+    outcome = await run_in_threadpool(_ingest_locked, kb, lock, body)
     metrics.ingests.labels(outcome.status).inc()
     if outcome.status == "duplicate":
         raise APIError(409, "duplicate", "; ".join(outcome.warnings) or
@@ -114,10 +122,9 @@ async def ingest(request: Request, response: Response, metrics: MetricsDep,
     return outcome
 
 
-def _ingest_locked(app, body: IngestRequest) -> IngestOutcome:
+def _ingest_locked(kb, lock, body: IngestRequest) -> IngestOutcome:
     # One writer at a time; readers keep using the old index until the library swaps in the new one.
-    with app.state.ingest_lock:
-        kb = app.state.kb
+    with lock:
         outcome = kb.ingest_text(body.text, name=body.name, fmt=body.fmt, allow_duplicate=body.allow_duplicate)
         if outcome.status in ("created", "updated"):
             kb.build_index()
