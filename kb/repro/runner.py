@@ -30,11 +30,12 @@ GENERIC_BOUND: tuple[float, float] = (-1e6, 1e6)
 PARAM_BOUNDS: dict[str, tuple[float, float]] = {
     "num_generations": (1, 64),
     "rollout_n": (1, 64),
-    "micro_batch_size": (1, 256),
-    "ppo_mini_batch_size": (1, 4096),
+    "micro_batch_size": (1, 1024),
+    "ppo_mini_batch_size": (1, 65536),
     "gradient_accumulation_steps": (1, 4096),
-    "max_length": (1, 65536),
-    "max_prompt_length": (0, 65536),
+    # Real configs reach 128k-token contexts; a check given one still runs under the memory cap.
+    "max_length": (1, 1_048_576),
+    "max_prompt_length": (0, 1_048_576),
     "sequence_parallel_size": (1, 1024),
     "num_gpus": (1, 4096),
     "num_nodes": (1, 1024),
