@@ -11,9 +11,10 @@ import httpx
 from fastapi import FastAPI
 
 from api import errors
+from api.admission import Admission
 from api.chatops import routers as chatops_routers
-from api.chatops.common import Dedup
 from api.chatops.feishu import _TenantToken
+from api.chatops.replay import ReplayCache
 from api.jobs import JobManager, Runner
 from api.limits import BodyLimitMiddleware
 from api.metrics import Metrics, MetricsMiddleware
@@ -59,6 +60,9 @@ def create_app(settings: Settings | None = None, kb=None, repro_runner: Runner |
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.http = httpx.AsyncClient(timeout=settings.chatops_timeout_s, follow_redirects=False)
+        recovered = app.state.jobs.recover()
+        if recovered:
+            log.warning("marked %d orphaned repro job(s) failed (the server stopped while they ran)", recovered)
         if settings.warm_on_start:
             threading.Thread(target=_warm, args=(app,), name="kb-warm", daemon=True).start()
         else:
@@ -66,8 +70,8 @@ def create_app(settings: Settings | None = None, kb=None, repro_runner: Runner |
         try:
             yield
         finally:
+            app.state.jobs.shutdown()  # first: running checks die even if closing the HTTP client fails
             await app.state.http.aclose()
-            app.state.jobs.shutdown()
 
     app = FastAPI(title="kb: why did my loss go NaN?", version="0.1.0", description=DESCRIPTION,
                   lifespan=lifespan)
@@ -77,10 +81,13 @@ def create_app(settings: Settings | None = None, kb=None, repro_runner: Runner |
     app.state.ingest_lock = threading.Lock()
     app.state.ready = threading.Event()
     app.state.warm_error = ""
-    app.state.dedup = {"slack": Dedup(), "feishu": Dedup()}
+    app.state.replay = ReplayCache(Path(kb.data_dir) / "chatops-replay.sqlite3", settings.replay_cache_rows)
+    app.state.admission = Admission(settings.max_inflight, settings.max_queued, settings.queue_wait_s,
+                                    settings.retry_after_s)
     app.state.feishu_token = _TenantToken()
     app.state.jobs = JobManager(Path(kb.data_dir) / "jobs", Path(kb.incidents_dir), settings.repro_concurrency,
-                                settings.repro_max_pending, settings.repro_timeout_s, runner=repro_runner)
+                                settings.repro_max_pending, settings.repro_timeout_s, runner=repro_runner,
+                                memory_mb=settings.repro_memory_mb)
 
     errors.install(app)
     for module in (health, ask, diagnose, incidents, jobs):

@@ -1,23 +1,67 @@
-"""Request dependencies: the settings, the opened knowledge base, and API-key checks."""
+"""Request dependencies: settings, knowledge base, jobs, metrics, admission, replay cache, API-key checks.
+
+Routes take these as typed parameters (`kb: KBDep`) instead of reading `request.app.state` themselves."""
 
 from __future__ import annotations
 
 import hmac
+import threading
 from typing import Annotated
 
+import httpx
 from fastapi import Depends, Request
 
+from api.admission import Admission
+from api.chatops.replay import ReplayCache
 from api.errors import APIError
+from api.jobs import JobManager
+from api.metrics import Metrics
 from api.settings import Settings
+from kb.kb import KnowledgeBase
 
 
 def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_kb(request: Request):
+def get_kb(request: Request) -> KnowledgeBase:
     """The app's KnowledgeBase (opened once per process)."""
     return request.app.state.kb
+
+
+def get_jobs(request: Request) -> JobManager:
+    return request.app.state.jobs
+
+
+def get_metrics(request: Request) -> Metrics:
+    return request.app.state.metrics
+
+
+def get_admission(request: Request) -> Admission:
+    return request.app.state.admission
+
+
+def get_replay(request: Request) -> ReplayCache:
+    return request.app.state.replay
+
+
+def get_http(request: Request) -> httpx.AsyncClient:
+    """The app's outgoing HTTP client (chat replies), opened in the lifespan."""
+    return request.app.state.http
+
+
+def get_ingest_lock(request: Request) -> threading.Lock:
+    return request.app.state.ingest_lock
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+KBDep = Annotated[KnowledgeBase, Depends(get_kb)]
+JobsDep = Annotated[JobManager, Depends(get_jobs)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+AdmissionDep = Annotated[Admission, Depends(get_admission)]
+ReplayDep = Annotated[ReplayCache, Depends(get_replay)]
+HttpDep = Annotated[httpx.AsyncClient, Depends(get_http)]
+IngestLockDep = Annotated[threading.Lock, Depends(get_ingest_lock)]
 
 
 def presented_key(request: Request) -> str | None:
@@ -47,13 +91,10 @@ def _require(request: Request, settings: Settings) -> None:
                        headers={"WWW-Authenticate": "Bearer"})
 
 
-def require_write_key(request: Request, settings: Annotated[Settings, Depends(get_settings)]) -> None:
+def require_write_key(request: Request, settings: SettingsDep) -> None:
     _require(request, settings)
 
 
-def require_read_key(request: Request, settings: Annotated[Settings, Depends(get_settings)]) -> None:
+def require_read_key(request: Request, settings: SettingsDep) -> None:
     if settings.require_key_for_reads:
         _require(request, settings)
-
-
-SettingsDep = Annotated[Settings, Depends(get_settings)]

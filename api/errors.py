@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from kb.errors import KBError
 
@@ -21,11 +22,13 @@ _STATUS_CODES = {
     404: "not_found",
     405: "method_not_allowed",
     406: "not_acceptable",
+    408: "request_timeout",
     409: "conflict",
     413: "too_large",
     415: "unsupported_media_type",
     422: "invalid_input",
     429: "too_many_requests",
+    499: "client_closed_request",
     503: "unavailable",
 }
 
@@ -69,11 +72,23 @@ def _validation_message(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "malformed request"
 
 
+def kb_error_response(exc: KBError) -> JSONResponse:
+    """The one mapping of library errors to HTTP: each KBError subclass names its 4xx status and code."""
+    status = int(getattr(exc, "http_status", 400))
+    return error_response(status if 400 <= status < 600 else 400, str(getattr(exc, "code", "bad_request")),
+                          str(exc) or type(exc).__name__)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(KBError)
     async def _kb_error(_: Request, exc: KBError) -> JSONResponse:
-        return error_response(int(getattr(exc, "http_status", 400)), str(getattr(exc, "code", "bad_request")),
-                              str(exc) or type(exc).__name__)
+        return kb_error_response(exc)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, _: ClientDisconnect) -> JSONResponse:
+        # The client hung up mid-body: nobody reads this answer, and it is not a server error.
+        log.info("client disconnected while sending %s %s", request.method, request.url.path)
+        return error_response(499, "client_closed_request", "the client disconnected before the body arrived")
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -15,8 +17,15 @@ class BodyTooLarge(APIError):
         super().__init__(413, "too_large", f"request body is over {limit} bytes (limit {limit_name})")
 
 
+class BodyTimeout(APIError):
+    def __init__(self, limit: float) -> None:
+        super().__init__(408, "request_timeout", f"the request body did not arrive within {limit:g} s "
+                                                 "(KB_BODY_TIMEOUT_S)", headers={"Connection": "close"})
+
+
 class BodyLimitMiddleware:
-    """Refuses a body over the limit from its Content-Length, or as soon as a streamed body passes it.
+    """Refuses a body over the limit from its Content-Length, or as soon as a streamed body passes it, and a
+    body that does not finish arriving within `body_timeout_s` of the app's first read (slow-loris bodies).
 
     Nothing buffers the whole body first: a 50 MB upload is cut off after the first chunk past the limit.
     """
@@ -48,14 +57,27 @@ class BodyLimitMiddleware:
                     return
         seen = 0
         started = False
+        body_done = False
+        deadline: float | None = None
+        timeout = self.settings.body_timeout_s
 
         async def counting_receive() -> Message:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, body_done, deadline
+            if body_done:  # later reads only wait for a disconnect; no deadline applies to them
+                return await receive()
+            if deadline is None:
+                deadline = time.monotonic() + timeout
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                raise BodyTimeout(timeout) from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
                     raise BodyTooLarge(name, limit)
+                body_done = not message.get("more_body", False)
+            else:
+                body_done = True
             return message
 
         async def tracking_send(message: Message) -> None:
@@ -66,11 +88,11 @@ class BodyLimitMiddleware:
 
         try:
             await self.app(scope, counting_receive, tracking_send)
-        except BodyTooLarge as err:
+        except (BodyTooLarge, BodyTimeout) as err:
             # Raised where no handler saw it (e.g. inside a form parser); answer unless a response began.
             if started:
                 raise
-            await _send_error(send, 413, err.code, err.detail)
+            await _send_error(send, err.status_code, err.code, err.detail)
 
 
 async def _send_error(send: Send, status: int, code: str, message: str) -> None:
@@ -93,10 +115,16 @@ def decode_text(data: bytes, what: str) -> str:
     raise APIError(422, "invalid_input", f"{what} is not UTF-8 or GB18030 text")
 
 
+def _utf8_size(text: str) -> int:
+    # surrogatepass: a lone surrogate counts as its 3 bytes here; whether it is acceptable text is not a size
+    # question (api.bodies refuses it in JSON, decode_text never produces it).
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 def check_log(text: str | None, settings: Settings, what: str = "log") -> None:
     if not text:
         return
-    size = len(text.encode("utf-8"))
+    size = _utf8_size(text)
     if size > settings.max_log_bytes:
         raise APIError(413, "too_large", f"{what} is {size} bytes; the limit is {settings.max_log_bytes} "
                                          "(KB_MAX_LOG_BYTES)")
@@ -109,7 +137,7 @@ def check_log(text: str | None, settings: Settings, what: str = "log") -> None:
 def check_config(text: str | None, settings: Settings) -> None:
     if not text:
         return
-    size = len(text.encode("utf-8"))
+    size = _utf8_size(text)
     if size > settings.max_config_bytes:
         raise APIError(413, "too_large", f"config is {size} bytes; the limit is {settings.max_config_bytes} "
                                          "(KB_MAX_CONFIG_BYTES)")

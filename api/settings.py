@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import posixpath
+import re
 from functools import cached_property
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -42,6 +44,22 @@ class Settings(BaseSettings):
     repro_concurrency: int = Field(default=1, ge=1)
     repro_max_pending: int = Field(default=16, ge=1)
     repro_timeout_s: int = Field(default=300, ge=1)
+    # Checks run with these limits (RLIMIT_AS in MB; not applied when a CUDA device may be used).
+    repro_memory_mb: int = Field(default=4096, ge=256)
+
+    # Admission control per worker process: diagnoses (and chat answers) running at once, waiting beyond them,
+    # and how long one may wait; past that 503 with Retry-After.
+    max_inflight: int = Field(default=4, ge=1)
+    max_queued: int = Field(default=8, ge=0)
+    queue_wait_s: float = Field(default=10.0, gt=0)
+    retry_after_s: int = Field(default=5, ge=1)
+    # Slow clients: a request's headers (enforced by the uvicorn protocol, api.server) and its whole body
+    # (enforced by the body middleware) must arrive within these.
+    header_timeout_s: float = Field(default=10.0, gt=0)
+    body_timeout_s: float = Field(default=30.0, gt=0)
+    # Replay cache of signed chat requests (SQLite under the data dir, shared by the workers of one host).
+    replay_cache_rows: int = Field(default=200_000, ge=1000)
+
     # Build/load the index at startup so the first question is not slow; readyz is 503 until it is done.
     warm_on_start: bool = True
 
@@ -63,7 +81,8 @@ class Settings(BaseSettings):
 
     # Chat-ops: DingTalk outgoing robot
     dingtalk_app_secret: str = ""
-    dingtalk_max_skew_s: int = 3600
+    # DingTalk's sign covers only the timestamp; the shorter the window, the less a captured pair is worth.
+    dingtalk_max_skew_s: int = 300
 
     chatops_max_results: int = Field(default=3, ge=1, le=10)
     chatops_timeout_s: float = 10.0
@@ -76,17 +95,65 @@ class Settings(BaseSettings):
     def slack_response_url_prefixes(self) -> list[str]:
         return _csv(self.slack_response_url_allow)
 
-    def response_url_allowed(self, url: str) -> bool:
-        """True when `url` lies under one allowed prefix: same scheme, host and port, path below it."""
-        try:
-            u = urlsplit(url)
-            port = u.port
-        except ValueError:
-            return False
+    def allowed_response_url(self, url: str) -> str | None:
+        """The normalised form of `url` when it lies under one allowed prefix (same scheme, host and port, path
+        at or below the prefix's), else None. Post to the returned URL, never the raw one: the check and the
+        request must see the same path."""
+        u = normalise_url(url)
+        if u is None:
+            return None
+        target = urlsplit(u)
         for prefix in self.slack_response_url_prefixes:
-            p = urlsplit(prefix)
-            if (u.scheme, (u.hostname or "").lower(), port) != (p.scheme, (p.hostname or "").lower(), p.port):
+            p = normalise_url(prefix)
+            if p is None:
                 continue
-            if u.path.startswith(p.path or "/"):
-                return True
-        return False
+            allowed = urlsplit(p)
+            if target.netloc != allowed.netloc or target.scheme != allowed.scheme:
+                continue
+            base = allowed.path if allowed.path.endswith("/") else allowed.path + "/"
+            if target.path == allowed.path or target.path.startswith(base):
+                return u
+        return None
+
+    def response_url_allowed(self, url: str) -> bool:
+        return self.allowed_response_url(url) is not None
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+# Characters that need no percent-encoding in a path (RFC 3986 unreserved + sub-delims + ':' '@' '/').
+_PATH_SAFE = "/:@!$&'()*+,;=-._~"
+
+
+def normalise_url(url: str) -> str | None:
+    """An http(s) URL in one canonical spelling, or None when it cannot be trusted as a target.
+
+    Lower-cases scheme and host, drops the default port, decodes percent-encoded characters and re-encodes them
+    one way, and resolves dot-segments (`/hooks/../admin` -> `/admin`, `%2e%2e` included). Refused: other schemes,
+    user-info (`https://hooks.slack.com@evil/`), backslashes, control characters, encoded slashes (`%2f`) and
+    NUL, which HTTP clients and servers read differently."""
+    if not isinstance(url, str) or len(url) > 2048 or re.search(r"[\x00-\x20\x7f\\]", url):
+        return None
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower().rstrip(".")
+    if scheme not in _DEFAULT_PORTS or not host or "@" in parts.netloc or "%" in host:
+        return None
+    if re.search(r"%(2f|5c|00)", parts.path, re.IGNORECASE):
+        return None
+    try:
+        path = unquote(parts.path, errors="strict") if parts.path else "/"
+    except UnicodeDecodeError:
+        return None
+    resolved = posixpath.normpath(path) if path not in ("", "/") else "/"
+    if resolved.startswith("//"):
+        resolved = "/" + resolved.lstrip("/")
+    if path.endswith("/") and not resolved.endswith("/"):
+        resolved += "/"
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None and port != _DEFAULT_PORTS[scheme]:
+        netloc += f":{port}"
+    return urlunsplit((scheme, netloc, quote(resolved, safe=_PATH_SAFE), parts.query, ""))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -364,3 +365,164 @@ def test_kb_serve_is_a_command_and_the_library_never_imports_the_http_layer(repo
                          check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------- admission control and slow clients
+DIAG_BODY = json.dumps({"log": DPO_LOG, "config": "rlhf_type: dpo\nsequence_parallel_size: 4"}).encode()
+
+
+def _partial_request(port: int, body: bytes = DIAG_BODY, sent: int = 10, path: str = "/v1/diagnose"):
+    """A raw connection that sends the headers and the first `sent` bytes of the body, then holds on."""
+    import socket
+
+    sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+    head = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    sock.sendall(head + body[:sent])
+    return sock
+
+
+def _read_response(sock) -> tuple[int, bytes]:
+    data = b""
+    while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < _content_length(data):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return int(data.split(b" ", 2)[1]), data
+
+
+def _content_length(data: bytes) -> int:
+    for line in data.split(b"\r\n\r\n", 1)[0].split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return int(line.split(b":", 1)[1])
+    return 0
+
+
+def _wait_until(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.02)
+
+
+@pytest.fixture()
+def small_server(tmp_path_factory, repo_root, request):
+    """A server with one diagnosis slot and short client deadlines; `request.param` overrides settings."""
+    overrides = {"max_inflight": 1, "max_queued": 0, "queue_wait_s": 30.0, "header_timeout_s": 1.0,
+                 "body_timeout_s": 30.0, **getattr(request, "param", {})}
+    settings = Settings(data_dir=prebuilt_data_dir(tmp_path_factory, repo_root),
+                        incidents_dir=str(repo_root / "incidents"), **overrides)
+    app = create_app(settings)
+    with LoopbackServer(app) as url:
+        assert app.state.ready.wait(180)
+        yield url, app, int(url.rsplit(":", 1)[1])
+
+
+def test_overload_gets_503_with_retry_after_and_health_stays_up(small_server):
+    url, app, port = small_server
+    holder = _partial_request(port)
+    try:
+        _wait_until(lambda: app.state.admission.inflight == 1)
+        busy = httpx.post(url + "/v1/diagnose", content=DIAG_BODY, headers={"content-type": "application/json"},
+                          timeout=60)
+        assert_error(busy, 503, "overloaded")
+        assert busy.headers["retry-after"] == str(app.state.settings.retry_after_s)
+        assert httpx.get(url + "/healthz", timeout=60).json() == {"status": "ok"}
+        holder.sendall(DIAG_BODY[10:])
+        status, raw = _read_response(holder)
+        assert status == 200, raw[:500]
+    finally:
+        holder.close()
+    _wait_until(lambda: app.state.admission.inflight == 0)
+    again = httpx.post(url + "/v1/diagnose", content=DIAG_BODY, headers={"content-type": "application/json"},
+                       timeout=60)
+    assert again.status_code == 200
+
+
+def _metric(app, name: str, labels: dict[str, str]) -> float:
+    return app.state.metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+@pytest.mark.parametrize("small_server", [{"max_queued": 1}], indirect=True)
+def test_queued_work_of_a_client_that_left_never_starts(small_server):
+    _, app, port = small_server
+    holder = _partial_request(port)
+    try:
+        _wait_until(lambda: app.state.admission.inflight == 1)
+        leaver = _partial_request(port, sent=len(DIAG_BODY))  # a whole request, queued behind the holder
+        _wait_until(lambda: app.state.admission.waiting == 1)
+        leaver.close()
+        time.sleep(0.2)
+        holder.sendall(DIAG_BODY[10:])
+        assert _read_response(holder)[0] == 200
+    finally:
+        holder.close()
+    labels = {"method": "POST", "route": "/v1/diagnose"}
+    _wait_until(lambda: _metric(app, "kb_http_requests_total", {**labels, "status": "499"}) == 1)
+    done = sum(_metric(app, "kb_diagnoses_total", {"outcome": o}) for o in ("matched", "abstained"))
+    assert done == 1  # the holder's; the client that left got no diagnosis run
+
+
+def test_slow_loris_headers_are_cut_off(small_server):
+    import socket
+
+    port = small_server[2]
+    socks = []
+    for _ in range(20):
+        s = socket.create_connection(("127.0.0.1", port), timeout=0.2)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        socks.append(s)
+    closed: set[int] = set()
+    deadline = time.monotonic() + 60  # a guard against a hang, not a speed target
+    while len(closed) < len(socks) and time.monotonic() < deadline:
+        for i, s in enumerate(socks):
+            if i in closed:
+                continue
+            try:
+                s.sendall(b"X-Drip: 1\r\n")  # one more header line, never the blank line that ends them
+                if s.recv(1024) == b"":
+                    closed.add(i)
+            except TimeoutError:
+                pass
+            except OSError:  # reset / broken pipe: the server closed it
+                closed.add(i)
+    for s in socks:
+        s.close()
+    assert len(closed) == len(socks)
+    assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=30).status_code == 200
+
+
+@pytest.mark.parametrize("small_server", [{"body_timeout_s": 1.0}], indirect=True)
+def test_a_body_that_never_finishes_gets_408(small_server):
+    _, app, port = small_server
+    sock = _partial_request(port)
+    try:
+        status, raw = _read_response(sock)
+    finally:
+        sock.close()
+    assert status == 408 and b"request_timeout" in raw
+    _wait_until(lambda: app.state.admission.inflight == 0)
+
+
+def test_a_client_that_hangs_up_mid_body_is_not_a_server_error(small_server, caplog):
+    _, app, port = small_server
+    sock = _partial_request(port)
+    _wait_until(lambda: app.state.admission.inflight == 1)
+    sock.close()
+    labels = {"method": "POST", "route": "/v1/diagnose"}
+    _wait_until(lambda: _metric(app, "kb_http_requests_total", {**labels, "status": "499"}) == 1)
+    assert _metric(app, "kb_http_requests_total", {**labels, "status": "500"}) == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+@pytest.mark.parametrize("body", [
+    b'{"log": "loss: \\ud800 nan"}',
+    b'{"log": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+    b"[" * 100_000,
+    b'{"question": "\\udfff"}',
+])
+def test_hostile_json_bodies_are_422(client, body):
+    resp = client.post("/v1/diagnose", content=body, headers={"content-type": "application/json"})
+    assert_error(resp, 422, "invalid_input")

@@ -264,8 +264,10 @@ def test_slack_events_url_verification_and_app_mention_once(client, receiver):
         "challenge": "3eZbrw1aB"}
     event = json.dumps({"type": "event_callback", "event_id": "Ev-1", "event": {
         "type": "app_mention", "text": f"<@U0BOT> {QUESTION}", "channel": "C42", "ts": "1700000000.0001"}}).encode()
-    for _ in range(2):  # Slack redelivers; the second one is a duplicate
-        assert slack_post(client, "/chatops/slack/events", event, "application/json").status_code == 200
+    now = int(time.time())
+    # Slack redelivers (a new request: its own timestamp and signature); the second one is a duplicate event.
+    for ts in (now, now - 1):
+        assert slack_post(client, "/chatops/slack/events", event, "application/json", ts=ts).status_code == 200
     posted = receiver.wait_for("/api/chat.postMessage")
     time.sleep(0.3)
     assert len([p for p in receiver.paths() if p.endswith("chat.postMessage")]) == 1
@@ -357,3 +359,136 @@ def test_platforms_not_configured_are_404(tmp_path, repo_root):
         for path in ("/chatops/slack/commands", "/chatops/feishu/events", "/chatops/dingtalk/robot"):
             resp = httpx.post(url + path, content=b"{}")
             assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_configured"
+
+
+# ---------------------------------------------------------------- replays, forgeries, hostile bodies
+def test_slack_exact_replay_is_rejected_and_does_no_work(client, receiver):
+    body = slash_body(receiver, QUESTION, "replay-once")
+    ts = int(time.time())
+    first = slack_post(client, "/chatops/slack/commands", body, "application/x-www-form-urlencoded", ts=ts)
+    assert first.status_code == 200
+    receiver.wait_for("/slack/replay-once")
+    again = slack_post(client, "/chatops/slack/commands", body, "application/x-www-form-urlencoded", ts=ts)
+    assert again.status_code == 401 and "replayed" in again.json()["error"]["message"]
+    time.sleep(0.3)
+    assert len([p for p in receiver.paths() if p.endswith("/slack/replay-once")]) == 1
+
+
+def test_slack_tampered_body_with_a_captured_signature_is_rejected(client, receiver):
+    ts = str(int(time.time()))
+    captured = slack.slack_signature(SLACK_SECRET, ts, slash_body(receiver, QUESTION, "orig"))
+    resp = client.post("/chatops/slack/commands", content=slash_body(receiver, "other text", "tampered"),
+                       headers={"content-type": "application/x-www-form-urlencoded",
+                                "X-Slack-Request-Timestamp": ts, "X-Slack-Signature": captured})
+    assert resp.status_code == 401
+
+
+@pytest.mark.parametrize("target", ["/slack/../admin", "/slack/%2e%2e/admin", "/slack/..%2fadmin",
+                                    "/SLACK/x", "/slackx/y"])
+def test_slack_response_url_tricks_are_refused(client, receiver, target):
+    body = urllib.parse.urlencode({"text": "hi", "response_url": receiver.url + target}).encode()
+    resp = slack_post(client, "/chatops/slack/commands", body, "application/x-www-form-urlencoded")
+    assert resp.status_code == 422, resp.text
+    time.sleep(0.2)
+    assert not any("admin" in p or p.startswith(("/SLACK", "/slackx")) for p in receiver.paths())
+
+
+def test_slack_response_url_is_posted_in_its_normalised_form(client, receiver):
+    body = urllib.parse.urlencode({"text": QUESTION, "response_url":
+                                   receiver.url + "/slack/a/../norm-%6Fk"}).encode()
+    assert slack_post(client, "/chatops/slack/commands", body, "application/x-www-form-urlencoded").status_code == 200
+    assert receiver.wait_for("/slack/norm-ok")
+
+
+def test_feishu_replayed_signed_event_is_rejected(client, receiver):
+    payload = feishu_message("ev-replay", QUESTION)
+    body = json.dumps({"encrypt": feishu.encrypt(FEISHU_KEY, json.dumps(payload))}).encode()
+    ts, nonce = str(int(time.time())), "n-replay"
+    headers = {"content-type": "application/json", "X-Lark-Request-Timestamp": ts, "X-Lark-Request-Nonce": nonce,
+               "X-Lark-Signature": feishu.signature(ts, nonce, FEISHU_KEY, body)}
+    assert client.post("/chatops/feishu/events", content=body, headers=headers).status_code == 200
+    again = client.post("/chatops/feishu/events", content=body, headers=headers)
+    assert again.status_code == 401 and "replayed" in again.json()["error"]["message"]
+    # The captured signature on another body is a forgery.
+    other = json.dumps({"encrypt": feishu.encrypt(FEISHU_KEY, json.dumps(feishu_message("ev-x", "hi")))}).encode()
+    assert client.post("/chatops/feishu/events", content=other, headers=headers).status_code == 401
+    receiver.wait_for("/om_ev-replay/reply")
+    time.sleep(0.3)
+    assert len([p for p in receiver.paths() if "om_ev-replay" in p]) == 1
+    assert not any("om_ev-x" in p for p in receiver.paths())
+
+
+@pytest.mark.parametrize("body", [b"[" * 200_000, b'{"a":' * 5000 + b"1" + b"}" * 5000, b"\xff\xfe" * 100])
+def test_feishu_unsigned_hostile_bodies_are_refused_before_parsing(client, body):
+    resp = client.post("/chatops/feishu/events", content=body, headers={"content-type": "application/json"})
+    assert resp.status_code in (401, 422), resp.text
+    assert resp.json()["error"]["code"] in ("unauthorized", "invalid_input")
+
+
+def test_dingtalk_replayed_pair_is_rejected_even_with_another_body(client, known_ids):
+    ts = str(int(time.time() * 1000))
+    headers = {"timestamp": ts, "sign": dingtalk.sign(ts, DING_SECRET)}
+    first = client.post("/chatops/dingtalk/robot", json={"text": {"content": QUESTION}}, headers=headers)
+    assert first.status_code == 200
+    for body in ({"text": {"content": QUESTION}}, {"text": {"content": "something else"}}):
+        again = client.post("/chatops/dingtalk/robot", json=body, headers=headers)
+        assert again.status_code == 401 and "replayed" in again.json()["error"]["message"]
+
+
+def test_dingtalk_window_is_short_by_default():
+    assert Settings().dingtalk_max_skew_s <= 300
+    ts = str(int((time.time() - 600) * 1000))
+    with pytest.raises(Unauthenticated):
+        dingtalk.verify(DING_SECRET, ts, dingtalk.sign(ts, DING_SECRET), Settings().dingtalk_max_skew_s)
+
+
+def _race(path: str, key: str, n: int) -> list[bool]:
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(n) as pool:
+        return pool.starmap(_first_time, [(path, key)] * n)
+
+
+def _first_time(path: str, key: str) -> bool:
+    from api.chatops.replay import ReplayCache
+
+    return ReplayCache(path).first_time(key, time.time() + 60)
+
+
+def test_replay_cache_is_shared_by_worker_processes(tmp_path):
+    from api.chatops.replay import ReplayCache
+
+    path = str(tmp_path / "replay.sqlite3")
+    assert sorted(_race(path, "slack-sig:v0=abc", 4)) == [False, False, False, True]
+    cache = ReplayCache(path)
+    assert not cache.first_time("slack-sig:v0=abc", time.time() + 60)
+    now = time.time()
+    assert cache.first_time("k-expiring", now + 1, now=now)
+    assert cache.first_time("k-expiring", now + 100, now=now + 2)  # expired entries do not block forever
+
+
+def test_replay_cache_stays_bounded(tmp_path):
+    from api.chatops import replay
+
+    cache = replay.ReplayCache(tmp_path / "r.sqlite3", max_rows=1000)
+    now = time.time()
+    for i in range(3000):
+        cache.first_time(f"k{i}", now + 3600 + i, now=now)
+    assert len(cache) <= 1000 + replay.PURGE_EVERY
+
+
+@pytest.mark.parametrize("url,expected", [
+    ("https://hooks.slack.com/commands/../admin", "https://hooks.slack.com/admin"),
+    ("HTTPS://Hooks.Slack.COM:443/a/%2E%2e/b", "https://hooks.slack.com/b"),
+    ("https://hooks.slack.com/a/./b/", "https://hooks.slack.com/a/b/"),
+    ("https://hooks.slack.com@evil.example/", None),
+    ("https://hooks.slack.com/a%2f..%2fb", None),
+    ("https://hooks.slack.com\\@evil/", None),
+    ("javascript:alert(1)", None),
+    ("https://hooks.slack.com/\x00", None),
+])
+def test_url_normalisation(url, expected):
+    from api.settings import normalise_url
+
+    assert normalise_url(url) == expected

@@ -1,13 +1,16 @@
-"""What every chat platform shares: turning a chat text into a Message, replay dedup, outgoing HTTP."""
+"""What every chat platform shares: turning a chat text into a Message, replay checks, outgoing HTTP."""
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections import OrderedDict
 
+import httpx
+from starlette.concurrency import run_in_threadpool
+
+from api.admission import Admission
 from api.chatops.formatting import Message, from_ask, from_diagnosis, help_message
+from api.chatops.replay import ReplayCache
 from api.errors import APIError
 from kb.errors import KBError
 
@@ -56,23 +59,21 @@ def answer(kb, text: str, max_results: int = 3) -> Message:
         return Message(heading=help_message(lang).heading, lang=lang, notes=[str(e)], abstained=True)
 
 
-class Dedup:
-    """Event ids seen in the last `ttl` seconds (platforms redeliver on timeouts); bounded, thread-safe."""
+async def answer_limited(admission: Admission, kb, text: str, max_results: int) -> Message:
+    """`answer` under the process's admission cap (chat answers cost what a diagnosis costs)."""
+    async with admission.slot():
+        return await run_in_threadpool(answer, kb, text, max_results)
 
-    def __init__(self, ttl: float = 3600.0, max_size: int = 10_000) -> None:
-        self.ttl, self.max_size = ttl, max_size
-        self._seen: OrderedDict[str, float] = OrderedDict()
-        self._lock = threading.Lock()
 
-    def first_time(self, key: str) -> bool:
-        now = time.monotonic()
-        with self._lock:
-            while self._seen and (len(self._seen) > self.max_size or next(iter(self._seen.values())) < now - self.ttl):
-                self._seen.popitem(last=False)
-            if key in self._seen:
-                return False
-            self._seen[key] = now
-            return True
+async def first_use(replay: ReplayCache, key: str, expires_at: float) -> None:
+    """Raise Unauthenticated when this signed request (or delivery) was seen before, in any worker on this host."""
+    if not await run_in_threadpool(replay.first_time, key, expires_at):
+        raise Unauthenticated("replayed request: this signature was already used")
+
+
+async def first_delivery(replay: ReplayCache, key: str, ttl_s: float = 3600.0) -> bool:
+    """True the first time an event id is delivered (platforms redeliver when the answer is slow)."""
+    return await run_in_threadpool(replay.first_time, key, time.time() + ttl_s)
 
 
 def check_window(timestamp_s: float, max_skew: float, now: float | None = None) -> None:
@@ -81,10 +82,11 @@ def check_window(timestamp_s: float, max_skew: float, now: float | None = None) 
         raise Unauthenticated(f"request timestamp is outside the {int(max_skew)} s window (replay?)")
 
 
-async def post_json(app, url: str, payload: dict, headers: dict[str, str] | None = None) -> dict | None:
+async def post_json(http: httpx.AsyncClient, url: str, payload: dict,
+                    headers: dict[str, str] | None = None) -> dict | None:
     """POST and return the JSON answer; failures are logged (the chat request was already acknowledged)."""
     try:
-        resp = await app.state.http.post(url, json=payload, headers=headers or {})
+        resp = await http.post(url, json=payload, headers=headers or {})
         if resp.status_code >= 400:
             log.warning("POST %s -> %s %s", url, resp.status_code, resp.text[:200])
             return None

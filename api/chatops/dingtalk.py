@@ -1,18 +1,25 @@
-"""DingTalk outgoing robot: `timestamp` / `sign` header check, answer as a markdown message in the response."""
+"""DingTalk outgoing robot: `timestamp` / `sign` header check, answer as a markdown message in the response.
+
+DingTalk's sign is HMAC-SHA256(app secret, "{timestamp}\\n{app secret}"): it proves the sender knows the secret
+and when it signed, but it does not cover the body. So a (timestamp, sign) pair is accepted once (a SQLite
+replay cache shared by the workers) within a short window (KB_DINGTALK_MAX_SKEW_S, 300 s by default), and the
+answer only ever goes back in the HTTP response: a captured pair buys at most one read-only answer, and only
+if it arrives before the original. docs/API.md says this in full."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
 import hmac
-import json
 
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from api.chatops.common import NotConfigured, Unauthenticated, answer, check_window
+from api.admission import ensure_connected
+from api.bodies import parse_object
+from api.chatops.common import NotConfigured, Unauthenticated, answer, check_window, first_use
 from api.chatops.formatting import to_dingtalk
-from api.errors import APIError
+from api.deps import AdmissionDep, KBDep, MetricsDep, ReplayDep, SettingsDep
 
 router = APIRouter(prefix="/chatops/dingtalk", tags=["chatops"])
 
@@ -37,28 +44,26 @@ def verify(secret: str, timestamp: str | None, signature: str | None, max_skew: 
 
 
 @router.post("/robot", summary="DingTalk outgoing robot")
-async def robot(request: Request) -> dict:
-    s = request.app.state.settings
+async def robot(request: Request, s: SettingsDep, kb: KBDep, replay: ReplayDep, metrics: MetricsDep,
+                admission: AdmissionDep) -> dict:
     if not s.dingtalk_app_secret:
         raise NotConfigured("DingTalk", "KB_DINGTALK_APP_SECRET")
-    metrics = request.app.state.metrics.chatops
+    timestamp, signature = request.headers.get("timestamp"), request.headers.get("sign")
     try:
-        verify(s.dingtalk_app_secret, request.headers.get("timestamp"), request.headers.get("sign"),
-               s.dingtalk_max_skew_s)
+        verify(s.dingtalk_app_secret, timestamp, signature, s.dingtalk_max_skew_s)
+        await first_use(replay, f"dingtalk:{timestamp}:{signature}", int(timestamp or 0) / 1000 + s.dingtalk_max_skew_s)
     except Unauthenticated:
-        metrics.labels("dingtalk", "rejected").inc()
+        metrics.chatops.labels("dingtalk", "rejected").inc()
         raise
-    try:
-        payload = json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise APIError(422, "invalid_input", "body is not JSON") from None
-    if not isinstance(payload, dict):
-        raise APIError(422, "invalid_input", "body is not a JSON object")
-    text = str((payload.get("text") or {}).get("content", "")) if isinstance(payload.get("text"), dict) else ""
-    msg = await run_in_threadpool(answer, request.app.state.kb, text, s.chatops_max_results)
-    metrics.labels("dingtalk", "answered").inc()
+    payload = parse_object(await request.body())
+    text_field = payload.get("text")
+    text = str(text_field.get("content", "")) if isinstance(text_field, dict) else ""
+    async with admission.slot():
+        await ensure_connected(request)
+        msg = await run_in_threadpool(answer, kb, text, s.chatops_max_results)
+    metrics.chatops.labels("dingtalk", "answered").inc()
     reply = to_dingtalk(msg)
     sender = payload.get("senderStaffId")
-    if sender:
+    if isinstance(sender, str) and sender:
         reply["at"] = {"atUserIds": [sender], "isAtAll": False}
     return reply

@@ -10,15 +10,29 @@ import json
 import os
 import re
 import time
+from typing import Annotated
 
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-from fastapi import APIRouter, BackgroundTasks, Request
-from starlette.concurrency import run_in_threadpool
+from fastapi import APIRouter, BackgroundTasks, Depends, Request
 
-from api.chatops.common import NotConfigured, Unauthenticated, answer, check_window, log, post_json
-from api.chatops.formatting import feishu_reply_body
+from api.admission import Admission, Overloaded
+from api.bodies import parse_json, parse_object
+from api.chatops.common import (
+    NotConfigured,
+    Unauthenticated,
+    answer_limited,
+    check_window,
+    first_delivery,
+    first_use,
+    log,
+    post_json,
+)
+from api.chatops.formatting import busy_message, feishu_reply_body
+from api.deps import AdmissionDep, HttpDep, KBDep, MetricsDep, ReplayDep, SettingsDep
 from api.errors import APIError
+from api.metrics import Metrics
+from api.settings import Settings
 
 router = APIRouter(prefix="/chatops/feishu", tags=["chatops"])
 _MENTION = re.compile(r"@_user_\d+")
@@ -77,12 +91,14 @@ def _token_ok(expected: str, given: object) -> bool:
 
 def message_text(event: dict) -> str:
     """The text of an im.message.receive_v1 event without the @bot mention placeholders."""
-    message = event.get("message") or {}
-    if message.get("message_type") != "text":
+    message = event.get("message")
+    if not isinstance(message, dict) or message.get("message_type") != "text":
         return ""
     try:
-        content = json.loads(message.get("content") or "{}")
-    except json.JSONDecodeError:
+        content = json.loads(str(message.get("content") or "{}"))
+    except (ValueError, RecursionError):
+        return ""
+    if not isinstance(content, dict):
         return ""
     return _MENTION.sub("", str(content.get("text", ""))).strip()
 
@@ -95,13 +111,12 @@ class _TenantToken:
     expires: float = 0.0
 
 
-async def _tenant_token(app) -> str | None:
-    s = app.state.settings
-    cache: _TenantToken = app.state.feishu_token
+async def _tenant_token(http, settings: Settings, cache: _TenantToken) -> str | None:
     if cache.value and time.time() < cache.expires:
         return cache.value
-    res = await post_json(app, s.feishu_api_base.rstrip("/") + "/open-apis/auth/v3/tenant_access_token/internal",
-                          {"app_id": s.feishu_app_id, "app_secret": s.feishu_app_secret})
+    res = await post_json(http, settings.feishu_api_base.rstrip("/")
+                          + "/open-apis/auth/v3/tenant_access_token/internal",
+                          {"app_id": settings.feishu_app_id, "app_secret": settings.feishu_app_secret})
     if not res or res.get("code") != 0 or not res.get("tenant_access_token"):
         log.warning("Feishu tenant_access_token request failed: %s", res)
         return None
@@ -110,82 +125,105 @@ async def _tenant_token(app) -> str | None:
     return cache.value
 
 
-async def _reply(app, message_id: str, text: str) -> None:
-    s = app.state.settings
-    msg = await run_in_threadpool(answer, app.state.kb, text, s.chatops_max_results)
-    token = await _tenant_token(app)
+async def _reply(kb, http, admission: Admission, metrics: Metrics, settings: Settings, cache: _TenantToken,
+                 message_id: str, text: str) -> None:
+    try:
+        msg = await answer_limited(admission, kb, text, settings.chatops_max_results)
+    except Overloaded:
+        metrics.chatops.labels("feishu", "overloaded").inc()
+        msg = busy_message(settings.retry_after_s)
+    token = await _tenant_token(http, settings, cache)
     ok = False
     if token:
-        url = f"{s.feishu_api_base.rstrip('/')}/open-apis/im/v1/messages/{message_id}/reply"
-        res = await post_json(app, url, feishu_reply_body(msg), {"Authorization": f"Bearer {token}"})
+        url = f"{settings.feishu_api_base.rstrip('/')}/open-apis/im/v1/messages/{message_id}/reply"
+        res = await post_json(http, url, feishu_reply_body(msg), {"Authorization": f"Bearer {token}"})
         ok = bool(res is not None and res.get("code", 0) == 0)
-    app.state.metrics.chatops.labels("feishu", "answered" if ok else "delivery_failed").inc()
+    metrics.chatops.labels("feishu", "answered" if ok else "delivery_failed").inc()
+
+
+def _token_cache(request: Request) -> _TenantToken:
+    return request.app.state.feishu_token
+
+
+# An unsigned request can only be a URL-verification challenge, which is small; nothing bigger is parsed unsigned.
+UNSIGNED_MAX_BYTES = 16 * 1024
 
 
 @router.post("/events", summary="Feishu / Lark event subscription")
-async def events(request: Request, background: BackgroundTasks) -> dict:
-    s = request.app.state.settings
+async def events(request: Request, background: BackgroundTasks, s: SettingsDep, kb: KBDep, replay: ReplayDep,
+                 metrics: MetricsDep, admission: AdmissionDep, http: HttpDep,
+                 token_cache: Annotated[_TenantToken, Depends(_token_cache)]) -> dict:
     if not (s.feishu_verification_token or s.feishu_encrypt_key):
         raise NotConfigured("Feishu", "KB_FEISHU_VERIFICATION_TOKEN and/or KB_FEISHU_ENCRYPT_KEY")
     body = await request.body()
-    try:
-        outer = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise APIError(422, "invalid_input", "body is not JSON") from None
-    if not isinstance(outer, dict):
-        raise APIError(422, "invalid_input", "body is not a JSON object")
     signed = "x-lark-signature" in request.headers
+    rejected = metrics.chatops.labels("feishu", "rejected")
+    if s.feishu_encrypt_key and signed:
+        # The signature covers timestamp, nonce and the raw body: checked before a byte of it is parsed.
+        sig = request.headers.get("x-lark-signature")
+        timestamp = request.headers.get("x-lark-request-timestamp")
+        try:
+            verify_signature(s.feishu_encrypt_key, timestamp, request.headers.get("x-lark-request-nonce"), sig,
+                             body, s.feishu_max_skew_s)
+            await first_use(replay, f"feishu-sig:{sig}", int(timestamp or 0) + s.feishu_max_skew_s)
+        except Unauthenticated:
+            rejected.inc()
+            raise
+    elif s.feishu_encrypt_key and len(body) > UNSIGNED_MAX_BYTES:
+        rejected.inc()
+        raise Unauthenticated("unsigned event (encryption is configured; Feishu signs every event)")
+    outer = parse_object(body)
     if "encrypt" in outer:
         if not s.feishu_encrypt_key:
             raise APIError(422, "invalid_input", "encrypted event but KB_FEISHU_ENCRYPT_KEY is not set")
         try:
-            payload = json.loads(decrypt(s.feishu_encrypt_key, str(outer["encrypt"])))
-        except json.JSONDecodeError:
+            payload = parse_json(decrypt(s.feishu_encrypt_key, str(outer["encrypt"])).encode("utf-8"), "event")
+        except APIError:
             raise Unauthenticated("decrypted payload is not JSON") from None
     else:
         payload = outer
     if not isinstance(payload, dict):
         raise APIError(422, "invalid_input", "event is not a JSON object")
-    header = payload.get("header") or {}
+    header = payload.get("header") if isinstance(payload.get("header"), dict) else {}
     token = header.get("token") if payload.get("schema") == "2.0" else payload.get("token")
-    metrics = request.app.state.metrics.chatops
 
     if payload.get("type") == "url_verification":
         # Feishu sends the challenge unsigned; the token (inside the encrypted payload when encryption is on)
         # is what proves it is ours.
         if s.feishu_verification_token and not _token_ok(s.feishu_verification_token, token):
-            metrics.labels("feishu", "rejected").inc()
+            rejected.inc()
             raise Unauthenticated("bad verification token")
         if not s.feishu_verification_token and "encrypt" not in outer:
             raise Unauthenticated("unencrypted challenge without a configured verification token")
         return {"challenge": str(payload.get("challenge", ""))}
 
     try:
-        if s.feishu_encrypt_key:
-            if not signed and "encrypt" not in outer:
-                raise Unauthenticated("unsigned event (encryption is configured; Feishu signs every event)")
-            verify_signature(s.feishu_encrypt_key, request.headers.get("x-lark-request-timestamp"),
-                             request.headers.get("x-lark-request-nonce"), request.headers.get("x-lark-signature"),
-                             body, s.feishu_max_skew_s)
+        if s.feishu_encrypt_key and not signed:
+            raise Unauthenticated("unsigned event (encryption is configured; Feishu signs every event)")
         if s.feishu_verification_token and not _token_ok(s.feishu_verification_token, token):
             raise Unauthenticated("bad verification token")
     except Unauthenticated:
-        metrics.labels("feishu", "rejected").inc()
+        rejected.inc()
         raise
 
     event_id = str(header.get("event_id") or payload.get("uuid") or "")
-    if not event_id or not request.app.state.dedup["feishu"].first_time(event_id):
-        metrics.labels("feishu", "duplicate").inc()
+    if not event_id or not await first_delivery(replay, f"feishu-event:{event_id}"):
+        metrics.chatops.labels("feishu", "duplicate").inc()
         return {}
-    event = payload.get("event") or {}
+    event = payload.get("event") if isinstance(payload.get("event"), dict) else {}
     if header.get("event_type") != "im.message.receive_v1":
         return {}
     text = message_text(event)
-    message_id = str((event.get("message") or {}).get("message_id") or "")
-    if not message_id or (event.get("sender") or {}).get("sender_type") == "app":
+    message = event.get("message") if isinstance(event.get("message"), dict) else {}
+    sender = event.get("sender") if isinstance(event.get("sender"), dict) else {}
+    message_id = str(message.get("message_id") or "")
+    if not message_id or sender.get("sender_type") == "app":
         return {}
     if not (s.feishu_app_id and s.feishu_app_secret):
         log.warning("Feishu message received but KB_FEISHU_APP_ID / KB_FEISHU_APP_SECRET are not set")
         return {}
-    background.add_task(_reply, request.app, message_id, text)
+    if admission.saturated():
+        raise Overloaded(s.retry_after_s, "too many answers in progress")
+    background.add_task(_reply, kb, http, admission, metrics, s, token_cache,
+                        message_id, text)
     return {}

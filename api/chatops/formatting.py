@@ -226,3 +226,9 @@ def to_dingtalk(msg: Message) -> dict:
             out.append(f"**{lb['repro']}**: `{it.repro}`")
     out += [f"> {_md_escape(n)}" for n in msg.notes]
     return {"msgtype": "markdown", "markdown": {"title": msg.heading, "text": "\n\n".join(out)}}
+
+
+def busy_message(retry_after_s: int) -> Message:
+    """Said in chat when the server's admission cap is full (the HTTP answer would be 503)."""
+    return Message(heading="The knowledge base is busy", abstained=True,
+                   notes=[f"Too many questions at once; ask again in {retry_after_s} s."])

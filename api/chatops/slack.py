@@ -4,16 +4,28 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import re
-from urllib.parse import parse_qs
 
 from fastapi import APIRouter, BackgroundTasks, Request
-from starlette.concurrency import run_in_threadpool
 
-from api.chatops.common import NotConfigured, Unauthenticated, answer, check_window, log, post_json
-from api.chatops.formatting import to_slack
+from api.admission import Admission, Overloaded
+from api.bodies import parse_form, parse_object
+from api.chatops.common import (
+    NotConfigured,
+    Unauthenticated,
+    answer_limited,
+    check_window,
+    first_delivery,
+    first_use,
+    log,
+    post_json,
+)
+from api.chatops.formatting import busy_message, to_slack
+from api.chatops.replay import ReplayCache
+from api.deps import AdmissionDep, HttpDep, KBDep, MetricsDep, ReplayDep, SettingsDep
 from api.errors import APIError
+from api.metrics import Metrics
+from api.settings import Settings
 
 router = APIRouter(prefix="/chatops/slack", tags=["chatops"])
 _MENTION = re.compile(r"<@[A-Z0-9]+(?:\|[^>]*)?>")
@@ -38,66 +50,73 @@ def verify(secret: str, timestamp: str | None, signature: str | None, body: byte
         raise Unauthenticated("bad Slack signature")
 
 
-async def _verified_body(request: Request) -> bytes:
-    settings = request.app.state.settings
+async def _verified_body(request: Request, settings: Settings, replay: ReplayCache, metrics: Metrics) -> bytes:
+    """The raw body once its signature, timestamp window and first use are proven; nothing is parsed before."""
     if not settings.slack_signing_secret:
         raise NotConfigured("Slack", "KB_SLACK_SIGNING_SECRET")
     body = await request.body()
+    timestamp, sig = request.headers.get("x-slack-request-timestamp"), request.headers.get("x-slack-signature")
     try:
-        verify(settings.slack_signing_secret, request.headers.get("x-slack-request-timestamp"),
-               request.headers.get("x-slack-signature"), body, settings.slack_max_skew_s)
+        verify(settings.slack_signing_secret, timestamp, sig, body, settings.slack_max_skew_s)
+        # The signature covers timestamp and body: one use per signature, remembered for the whole window.
+        await first_use(replay, f"slack-sig:{sig}", int(timestamp or 0) + settings.slack_max_skew_s)
     except Unauthenticated:
-        request.app.state.metrics.chatops.labels("slack", "rejected").inc()
+        metrics.chatops.labels("slack", "rejected").inc()
         raise
     return body
 
 
-async def _answer_to(app, text: str, url: str, extra: dict, headers: dict[str, str] | None = None) -> None:
-    settings = app.state.settings
-    msg = await run_in_threadpool(answer, app.state.kb, text, settings.chatops_max_results)
-    result = await post_json(app, url, {**to_slack(msg), **extra}, headers)
-    app.state.metrics.chatops.labels("slack", "answered" if result is not None else "delivery_failed").inc()
+async def _answer_to(kb, http, admission: Admission, metrics: Metrics, settings: Settings, text: str, url: str,
+                     extra: dict, headers: dict[str, str] | None = None) -> None:
+    try:
+        msg = await answer_limited(admission, kb, text, settings.chatops_max_results)
+    except Overloaded:
+        metrics.chatops.labels("slack", "overloaded").inc()
+        msg = busy_message(settings.retry_after_s)
+    result = await post_json(http, url, {**to_slack(msg), **extra}, headers)
+    metrics.chatops.labels("slack", "answered" if result is not None else "delivery_failed").inc()
 
 
 @router.post("/commands", summary="Slack slash command (/kb ...)")
-async def slash_command(request: Request, background: BackgroundTasks) -> dict:
+async def slash_command(request: Request, background: BackgroundTasks, settings: SettingsDep, kb: KBDep,
+                        replay: ReplayDep, metrics: MetricsDep, admission: AdmissionDep, http: HttpDep) -> dict:
     """Acknowledges at once; the full answer goes to the command's response_url."""
-    body = await _verified_body(request)
-    form = {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
-    settings = request.app.state.settings
-    response_url = form.get("response_url", "")
-    if not settings.response_url_allowed(response_url):
+    body = await _verified_body(request, settings, replay, metrics)
+    form = parse_form(body)
+    # The normalised URL is both the one checked and the one posted to.
+    response_url = settings.allowed_response_url(form.get("response_url", ""))
+    if response_url is None:
         raise APIError(422, "invalid_input", "response_url is not an allowed target (KB_SLACK_RESPONSE_URL_ALLOW)")
+    if admission.saturated():
+        raise Overloaded(settings.retry_after_s, "too many answers in progress")
     text = form.get("text", "")
-    background.add_task(_answer_to, request.app, text, response_url,
+    background.add_task(_answer_to, kb, http, admission, metrics, settings, text, response_url,
                         {"response_type": "in_channel", "replace_original": False})
     return {"response_type": "ephemeral", "text": "Looking through the known NaN incidents…"}
 
 
 @router.post("/events", summary="Slack Events API (url_verification, app_mention)")
-async def events(request: Request, background: BackgroundTasks) -> dict:
-    body = await _verified_body(request)
-    try:
-        payload = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise APIError(422, "invalid_input", "body is not JSON") from None
-    if not isinstance(payload, dict):
-        raise APIError(422, "invalid_input", "body is not a JSON object")
+async def events(request: Request, background: BackgroundTasks, settings: SettingsDep, kb: KBDep,
+                 replay: ReplayDep, metrics: MetricsDep, admission: AdmissionDep, http: HttpDep) -> dict:
+    body = await _verified_body(request, settings, replay, metrics)
+    payload = parse_object(body)
     if payload.get("type") == "url_verification":
         return {"challenge": str(payload.get("challenge", ""))}
     event = payload.get("event") or {}
+    if not isinstance(event, dict):
+        raise APIError(422, "invalid_input", "event is not a JSON object")
     if payload.get("type") != "event_callback" or event.get("type") != "app_mention" or event.get("bot_id"):
         return {"ok": True}
     # Slack redelivers when we are slow; answer each event once.
     event_key = str(payload.get("event_id") or event.get("client_msg_id") or event.get("ts"))
-    if not request.app.state.dedup["slack"].first_time(event_key):
+    if not await first_delivery(replay, f"slack-event:{event_key}"):
         return {"ok": True}
-    settings = request.app.state.settings
     if not settings.slack_bot_token:
         log.warning("app_mention received but KB_SLACK_BOT_TOKEN is not set; cannot reply")
         return {"ok": True}
     text = _MENTION.sub("", str(event.get("text", ""))).strip()
-    background.add_task(_answer_to, request.app, text, settings.slack_api_base.rstrip("/") + "/chat.postMessage",
+    background.add_task(_answer_to, kb, http, admission, metrics, settings, text,
+                        settings.slack_api_base.rstrip("/") + "/chat.postMessage",
                         {"channel": event.get("channel"), "thread_ts": event.get("thread_ts") or event.get("ts")},
                         {"Authorization": f"Bearer {settings.slack_bot_token}"})
     return {"ok": True}

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 
-from api.deps import SettingsDep, get_kb, require_read_key
+from api.admission import ensure_connected
+from api.deps import AdmissionDep, KBDep, SettingsDep, require_read_key
 from api.errors import ERROR_RESPONSES
 from api.limits import check_question
 from kb.kb import AskResult
@@ -30,8 +30,11 @@ class AskRequest(BaseModel):
 
 
 @router.post("/ask", response_model=AskResult, responses=ERROR_RESPONSES)
-def ask(body: AskRequest, settings: SettingsDep, kb: Annotated[object, Depends(get_kb)]) -> AskResult:
+async def ask(request: Request, body: AskRequest, settings: SettingsDep, kb: KBDep,
+              admission: AdmissionDep) -> AskResult:
     """Answer a question in English or Chinese; `abstained` is true when nothing in the KB fits well."""
     check_question(body.question, settings)
     filters = body.filters.model_dump(exclude_none=True) if body.filters else None
-    return kb.ask(body.question, k=min(body.k, settings.max_k), filters=filters)
+    async with admission.slot():
+        await ensure_connected(request)
+        return await run_in_threadpool(kb.ask, body.question, k=min(body.k, settings.max_k), filters=filters)

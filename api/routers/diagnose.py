@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
-from api.deps import require_read_key
-from api.errors import ERROR_RESPONSES, APIError
+from api.admission import ensure_connected
+from api.bodies import parse_model
+from api.deps import AdmissionDep, KBDep, MetricsDep, SettingsDep, require_read_key
+from api.errors import ERROR_RESPONSES, APIError, ErrorResponse
 from api.limits import check_config, check_log, check_question, decode_text
 
 router = APIRouter(prefix="/v1", tags=["diagnose"], dependencies=[Depends(require_read_key)])
@@ -74,21 +75,26 @@ async def _read_form(request: Request) -> dict[str, str]:
     return out
 
 
-@router.post("/diagnose", responses=ERROR_RESPONSES, openapi_extra=OPENAPI_BODY,
-             response_model=_diagnosis_model())
-async def diagnose(request: Request, k: int = Query(default=3, ge=1, le=10,
-                                                    description="for text/plain and multipart bodies")) -> Any:
+@router.post("/diagnose", openapi_extra=OPENAPI_BODY, response_model=_diagnosis_model(),
+             responses={**ERROR_RESPONSES, 503: {"model": ErrorResponse, "description": "busy: retry after "
+                                                  "the Retry-After header's seconds"}})
+async def diagnose(request: Request, settings: SettingsDep, kb: KBDep, metrics: MetricsDep,
+                   admission: AdmissionDep,
+                   k: int = Query(default=3, ge=1, le=10, description="for text/plain and multipart bodies")) -> Any:
     """Which known incidents explain this paste, with the evidence (log line, config key), fix and repro."""
-    settings = request.app.state.settings
+    # The slot is taken before the body is read, so waiting clients hold no parsed bodies.
+    async with admission.slot():
+        fields, k = await _read_fields(request, settings, k)
+        await ensure_connected(request)  # a client that left while queued gets no work done
+        result = await run_in_threadpool(kb.diagnose, **{k_: v for k_, v in fields.items() if v}, k=k)
+    metrics.diagnoses.labels("abstained" if getattr(result, "abstained", False) else "matched").inc()
+    return result
+
+
+async def _read_fields(request: Request, settings, k: int) -> tuple[dict[str, str | None], int]:
     ctype = request.headers.get("content-type", "text/plain").split(";")[0].strip().lower()
     if ctype == "application/json" or ctype.endswith("+json"):
-        try:
-            body = DiagnoseRequest.model_validate(json.loads(await request.body()))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise APIError(422, "invalid_input", "body is not valid JSON") from None
-        except ValidationError as e:
-            msg = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'body'}: {x['msg']}" for x in e.errors()[:5])
-            raise APIError(422, "invalid_input", msg) from None
+        body = parse_model(DiagnoseRequest, await request.body())
         fields = {"log": body.log, "config": body.config, "question": body.question, "text": None}
         k = body.k
     elif ctype in ("multipart/form-data", "application/x-www-form-urlencoded"):
@@ -106,8 +112,4 @@ async def diagnose(request: Request, k: int = Query(default=3, ge=1, le=10,
     check_log(fields["text"], settings, what="paste")
     check_config(fields["config"], settings)
     check_question(fields["question"], settings)
-    kb = request.app.state.kb
-    result = await run_in_threadpool(kb.diagnose, **{k_: v for k_, v in fields.items() if v}, k=k)
-    metrics = request.app.state.metrics
-    metrics.diagnoses.labels("abstained" if getattr(result, "abstained", False) else "matched").inc()
-    return result
+    return fields, k

@@ -6,14 +6,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from api.deps import JobsDep, KBDep, MetricsDep
 from api.errors import error_response
 
 router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz")
-def healthz() -> dict:
-    """The process is up (no dependency is touched)."""
+async def healthz() -> dict:
+    """The process is up (no dependency is touched; runs on the event loop, never waits for a worker thread)."""
     return {"status": "ok"}
 
 
@@ -29,11 +30,10 @@ def readyz(request: Request) -> JSONResponse:
 
 
 @router.get("/metrics", response_class=Response)
-def metrics(request: Request) -> Response:
+def metrics(request: Request, jobs: JobsDep, kb: KBDep, registry: MetricsDep) -> Response:
     """Prometheus text format (per process; with several workers use PROMETHEUS_MULTIPROC_DIR)."""
-    state = request.app.state
-    for status, n in state.jobs.counts().items():
-        state.metrics.jobs.labels(status).set(n)
-    if state.ready.is_set():
-        state.metrics.records.set(len(state.kb.records))
-    return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    for status, n in jobs.counts().items():
+        registry.jobs.labels(status).set(n)
+    if request.app.state.ready.is_set():  # records are loaded by the warm-up; counting them earlier would block
+        registry.records.set(len(kb.records))
+    return Response(generate_latest(registry.registry), media_type=CONTENT_TYPE_LATEST)

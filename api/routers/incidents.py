@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import require_read_key, require_write_key
+from api.bodies import parse_model
+from api.deps import (
+    IngestLockDep,
+    JobsDep,
+    KBDep,
+    MetricsDep,
+    SettingsDep,
+    require_read_key,
+    require_write_key,
+)
 from api.errors import ERROR_RESPONSES, APIError, ErrorResponse
 from api.jobs import Job, ReproParams
 from api.limits import decode_text
@@ -55,7 +63,8 @@ INGEST_BODY = {
 @router.get("/incidents", response_model=IncidentPage, responses=ERROR_RESPONSES,
             dependencies=[Depends(require_read_key)])
 def list_incidents(
-    request: Request,
+    kb: KBDep,
+    settings: SettingsDep,
     framework: Annotated[str | None, Query(max_length=100)] = None,
     algorithm: Annotated[str | None, Query(max_length=100)] = None,
     category: Annotated[str | None, Query(max_length=100)] = None,
@@ -63,29 +72,29 @@ def list_incidents(
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
 ) -> IncidentPage:
     """Incidents matching the filters (case-insensitive), sorted by id, one page at a time."""
-    records = request.app.state.kb.list(framework=framework, algorithm=algorithm, category=category)
-    limit = min(limit, request.app.state.settings.max_page_size)
+    records = kb.list(framework=framework, algorithm=algorithm, category=category)
+    limit = min(limit, settings.max_page_size)
     return IncidentPage(total=len(records), limit=limit, offset=offset, items=records[offset:offset + limit])
 
 
 @router.get("/incidents/{incident_id}", response_model=Incident, responses=ERROR_RESPONSES,
             dependencies=[Depends(require_read_key)])
-def get_incident(request: Request, incident_id: str) -> Incident:
+def get_incident(incident_id: str, kb: KBDep) -> Incident:
     """The whole record, both languages."""
-    return request.app.state.kb.get(incident_id)
+    return kb.get(incident_id)
 
 
 @router.get("/stats", dependencies=[Depends(require_read_key)], responses=ERROR_RESPONSES)
-def stats(request: Request) -> dict:
+def stats(kb: KBDep) -> dict:
     """Counts by framework, category, language, algorithm; index metadata."""
-    return request.app.state.kb.stats()
+    return kb.stats()
 
 
 @router.post("/incidents", response_model=IngestOutcome, openapi_extra=INGEST_BODY,
              dependencies=[Depends(require_write_key)],
              responses={**ERROR_RESPONSES, 201: {"model": IngestOutcome, "description": "created"},
                         409: {"model": ErrorResponse, "description": "near-duplicate of an existing record"}})
-async def ingest(request: Request, response: Response,
+async def ingest(request: Request, response: Response, metrics: MetricsDep, kb: KBDep, lock: IngestLockDep,
                  name: Annotated[str, Query(min_length=1, max_length=200)] = "upload.md",
                  fmt: Annotated[str | None, Query(max_length=20)] = None,
                  allow_duplicate: bool = False) -> IngestOutcome:
@@ -93,13 +102,7 @@ async def ingest(request: Request, response: Response,
     ctype = request.headers.get("content-type", "text/plain").split(";")[0].strip().lower()
     raw = await request.body()
     if ctype == "application/json":
-        try:
-            body = IngestRequest.model_validate(json.loads(raw))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise APIError(422, "invalid_input", "body is not valid JSON") from None
-        except ValidationError as e:
-            msg = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'body'}: {x['msg']}" for x in e.errors()[:5])
-            raise APIError(422, "invalid_input", msg) from None
+        body = parse_model(IngestRequest, raw)
     elif ctype.startswith("text/"):
         body = IngestRequest(text=decode_text(raw, "document") or " ", name=name, fmt=fmt,
                              allow_duplicate=allow_duplicate)
@@ -108,8 +111,8 @@ async def ingest(request: Request, response: Response,
                        f"unsupported Content-Type {ctype!r}: send application/json, text/markdown or text/plain")
     if not body.text.strip():
         raise APIError(422, "invalid_input", "the document is empty")
-    outcome = await run_in_threadpool(_ingest_locked, request.app, body)
-    request.app.state.metrics.ingests.labels(outcome.status).inc()
+    outcome = await run_in_threadpool(_ingest_locked, kb, lock, body)
+    metrics.ingests.labels(outcome.status).inc()
     if outcome.status == "duplicate":
         raise APIError(409, "duplicate", "; ".join(outcome.warnings) or
                        f"near-duplicate of {', '.join(outcome.near_duplicates)}")
@@ -119,10 +122,9 @@ async def ingest(request: Request, response: Response,
     return outcome
 
 
-def _ingest_locked(app, body: IngestRequest) -> IngestOutcome:
+def _ingest_locked(kb, lock, body: IngestRequest) -> IngestOutcome:
     # One writer at a time; readers keep using the old index until the library swaps in the new one.
-    with app.state.ingest_lock:
-        kb = app.state.kb
+    with lock:
         outcome = kb.ingest_text(body.text, name=body.name, fmt=body.fmt, allow_duplicate=body.allow_duplicate)
         if outcome.status in ("created", "updated"):
             kb.build_index()
@@ -133,12 +135,13 @@ def _ingest_locked(app, body: IngestRequest) -> IngestOutcome:
              dependencies=[Depends(require_write_key)],
              responses={**ERROR_RESPONSES, 409: {"model": ErrorResponse, "description": "no repro check"},
                         429: {"model": ErrorResponse, "description": "too many jobs pending"}})
-def start_repro(request: Request, response: Response, incident_id: str,
+def start_repro(response: Response, incident_id: str, kb: KBDep, jobs: JobsDep,
                 params: ReproParams | None = None) -> Job:
     """Run the incident's repro check in the background; poll `GET /v1/jobs/{id}` for the verdict."""
-    inc = request.app.state.kb.get(incident_id)
+    inc = kb.get(incident_id)
     if not inc.repro.path:
         raise APIError(409, "no_repro", f"incident {incident_id!r} has no repro check")
-    job = request.app.state.jobs.submit(incident_id, params or ReproParams())
+    # Unknown settings or values out of bounds are refused here with 422, before a job exists.
+    job = jobs.submit(incident_id, params or ReproParams())
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     return job

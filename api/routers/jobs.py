@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 
-from api.deps import require_read_key
+from api.deps import JobsDep, require_read_key
 from api.errors import ERROR_RESPONSES
 from api.jobs import Job
 
@@ -12,6 +12,6 @@ router = APIRouter(prefix="/v1", tags=["jobs"], dependencies=[Depends(require_re
 
 
 @router.get("/jobs/{job_id}", response_model=Job, responses=ERROR_RESPONSES)
-def get_job(request: Request, job_id: str) -> Job:
+def get_job(job_id: str, jobs: JobsDep) -> Job:
     """queued → running → succeeded (with `verdict`) or failed (with `error`)."""
-    return request.app.state.jobs.get(job_id)
+    return jobs.get(job_id)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import os
+
+from kb.errors import InputError
 
 
 def register(sub) -> None:
@@ -15,12 +18,27 @@ def register(sub) -> None:
                    help="worker processes (default 1; 0 = one per CPU core; env KB_WORKERS). Workers map "
                         "the same read-only index and model weights, so memory grows little per worker")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--header-timeout", type=float, default=os.environ.get("KB_HEADER_TIMEOUT_S", "10"),
+                   help="seconds a client has to send a request's headers (default 10; env KB_HEADER_TIMEOUT_S)")
+    p.add_argument("--body-timeout", type=float, default=os.environ.get("KB_BODY_TIMEOUT_S", "30"),
+                   help="seconds a client has to send a request's body, else 408 (default 30; env KB_BODY_TIMEOUT_S)")
+    p.add_argument("--keep-alive", type=int, default=5, help="seconds an idle kept-alive connection stays open (5)")
+    p.add_argument("--max-inflight", type=int, default=os.environ.get("KB_MAX_INFLIGHT", "4"),
+                   help="diagnoses running at once per worker; beyond it and a short queue, 503 with Retry-After "
+                        "(default 4; env KB_MAX_INFLIGHT)")
+    p.add_argument("--limit-concurrency", type=int, default=None,
+                   help="connections + tasks per worker before uvicorn answers 503 (default: no limit)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     # Imported here so the library (and every other command) never imports the HTTP layer.
     import uvicorn
+
+    for name, value in (("header_timeout", args.header_timeout), ("body_timeout", args.body_timeout),
+                        ("max_inflight", args.max_inflight)):
+        if value is None or not math.isfinite(value) or value <= 0:
+            raise InputError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
 
     # Workers are separate processes that build the app from the environment (uvicorn --factory),
     # so the global flags travel as environment variables.
@@ -37,8 +55,16 @@ def run(args) -> int:
         from kb.commands._common import open_kb
 
         open_kb(args, progress=False).build_index()
+    os.environ["KB_BODY_TIMEOUT_S"] = str(args.body_timeout)
+    os.environ["KB_MAX_INFLIGHT"] = str(args.max_inflight)
+    from api.server import uvicorn_options
+
+    # SIGTERM / Ctrl-C: uvicorn stops accepting, waits up to the graceful timeout, then runs the app's shutdown,
+    # which kills running repro checks (api.jobs).
     uvicorn.run("api.app:create_app", factory=True, host=args.host, port=args.port,
-                workers=max(1, args.workers), log_level=args.log_level, proxy_headers=True)
+                workers=max(1, args.workers), log_level=args.log_level, proxy_headers=True,
+                **uvicorn_options(header_timeout_s=args.header_timeout, keep_alive_s=args.keep_alive,
+                                  limit_concurrency=args.limit_concurrency))
     return 0
 
 
