@@ -8,6 +8,7 @@ Every parser (raw articles, configs, command lines, logs) maps what it reads thr
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -226,15 +227,19 @@ def parse_bool(v: Any) -> bool | None:
 
 
 def parse_number(v: Any) -> float | None:
+    """A finite number, or None: `nan`, `inf` and `1e309` are not a setting anyone can run with."""
     if isinstance(v, bool):
         return float(v)
     if isinstance(v, (int, float)):
-        return float(v)
+        return float(v) if math.isfinite(v) else None
     s = str(v).strip().strip("'\"").replace("_", "")
+    if len(s) > 64:
+        return None
     try:
-        return float(s)
+        n = float(s)
     except ValueError:
         return None
+    return n if math.isfinite(n) else None
 
 
 def normalise_value(key: str, value: Any) -> Any:

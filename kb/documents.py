@@ -10,6 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from kb.errors import InputError, ValidationFailed
+from kb.facts.boundary import too_deep
 from kb.records import Bilingual, Incident
 
 # libyaml's loader is ~10x faster than the pure-Python one; loading the corpus is on the CLI's cold path.
@@ -36,6 +37,8 @@ def parse_incident_md(text: str, *, source: str = "<text>") -> Incident:
     m = _FRONT.match(text)
     if not m:
         raise InputError(f"{source}: no YAML front matter (a curated document starts with '---')")
+    if too_deep(m.group(1)):
+        raise InputError(f"{source}: front matter nested deeper than KB_MAX_NESTING")
     try:
         data = yaml.load(m.group(1), Loader=_Loader)
     except yaml.YAMLError as e:

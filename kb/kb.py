@@ -18,6 +18,7 @@ from kb.diagnose.models import Diagnosis
 from kb.documents import load_incidents
 from kb.embed import get_embedder, model_name_from_env
 from kb.errors import InputError, NotFound
+from kb.facts.boundary import check_text
 from kb.index import bundle as index_bundle
 from kb.index import fusion
 from kb.records import Incident
@@ -238,6 +239,7 @@ class KnowledgeBase:
         """
         if not text or not text.strip():
             raise InputError("empty query")
+        text = check_text(text, "query")
         b = self._index()
         recs = self.records
         q_tokens = tokenize(text)
@@ -331,6 +333,7 @@ class KnowledgeBase:
         category), and retrieval fills the rest of the list."""
         if not question or not question.strip():
             raise InputError("empty question")
+        question = check_text(question, "question")
         lang = detect_lang(question)
         hits = self.search(question, k=max(k, 10), filters=filters)
         by_id = {h.id: h for h in hits}

@@ -66,13 +66,7 @@ ingest_inputs = st.tuples(st.one_of(paste, st.builds(lambda fm, body: f"---\nid:
 # fix lands (its corpus entries then pass, and the property tests cover the class again).
 _INT_KEYS = (r"max_length|cutoff_len|micro_batch_size|per_device_train_batch_size|zero_stage|num_generations|stage"
              r"|sequence_parallel_size|gradient_accumulation_steps|num_gpus|deepspeed")
-KNOWN_BUGS = {
-    "non-finite value for an integer setting": re.compile(
-        rf"(?i)(?:{_INT_KEYS})[\"']?\s*[:=\s]\s*[\"']?[+-]?(?:\.?nan|\.?inf|infinity|\d*\.?\d+e\+?\d{{3,}})"),
-    "nesting deeper than the recursion limit": re.compile(r"[\[{]"),  # refined by _too_deep
-    "lone surrogate": re.compile(r"[\ud800-\udfff]"),
-    "malformed HTML marked section": re.compile(r"<!\["),
-}
+KNOWN_BUGS: dict[str, re.Pattern[str]] = {}  # every class found so far is fixed in the library
 
 
 def _too_deep(text: str) -> bool:
@@ -132,11 +126,11 @@ def test_parse_document_raises_only_library_errors(doc):
         pass
 
 
-def test_known_bug_filter_matches_what_it_claims():
-    assert known_bug("max_length: nan") and known_bug("--max_length inf") and known_bug("[" * 500)
-    assert known_bug("x \ud800") and known_bug("<![\\")
-    assert known_bug("{'loss': nan, 'grad_norm': inf}") is None  # NaN losses are the product's input, not a bug
-    assert known_bug("max_length: 2048\n[[1]]") is None
+def test_no_crash_class_is_excluded_any_more():
+    """Every class the fuzzers found is fixed in the library, so the properties cover all of them again."""
+    assert KNOWN_BUGS == {}
+    for text in ("max_length: nan", "--max_length inf", "[" * 500, "x \ud800", "<![\\"):
+        assert known_bug(text) is None
 
 
 # ------------------------------------------------------------------------------------------ regression corpus
@@ -183,6 +177,7 @@ def hang_runs(kb, repo_root):
                                     text=True, cwd=str(repo_root))
             proc.stdin.write(json.dumps(entry))
             proc.stdin.close()
+            proc.stdin = None  # already closed: communicate() must not flush it again
             runs[entry["id"]] = (proc, time.monotonic())
     yield runs
     for proc, _ in runs.values():

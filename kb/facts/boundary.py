@@ -106,9 +106,13 @@ def nesting_depth(text: str, stop_at: int | None = None) -> int:
 
 
 def too_deep(text: str, lim: Limits | None = None) -> bool:
-    """True when a structured text is nested past the limit (parsers would recurse that deep)."""
+    """True when a structured text is nested past the limit (parsers would recurse that deep): brackets, or YAML
+    block indentation (two spaces a level)."""
     cap = (lim or limits()).max_nesting
-    return nesting_depth(text, cap + 1) > cap
+    if nesting_depth(text, cap + 1) > cap:
+        return True
+    return any(len(line) - len(line.lstrip(" ")) > 2 * cap for line in text.split("\n", 20000)[:20000]
+               if line.strip())
 
 
 def numbered_lines(text: str, name: str = "input", lim: Limits | None = None

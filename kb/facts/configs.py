@@ -12,8 +12,11 @@ from kb.canonical import FIX_CUE, PRECISION_FLAGS, canonical, canonical_algorith
 from kb.facts.boundary import too_deep
 from kb.facts.model import Facts
 
-_KV_LINE = re.compile(r"^\s*(?:-\s+)?[\"']?(?P<k>[A-Za-z_][\w.\-/]*)[\"']?\s*(?P<sep>[:=])\s*(?P<v>.*?)\s*,?\s*$")
-_BLOCK_OPEN = re.compile(r"^\s*(?:-\s+)?[\"']?(?P<k>[A-Za-z_][\w.\-/]*)[\"']?\s*[:=]\s*(?:\{|dict\()?\s*(?:#.*)?$")
+# Linear: the value is everything after the separator; trailing spaces and a comma are stripped in Python (a lazy
+# `.*?` followed by `\s*,?\s*$` backtracked cubically on a line of spaces).
+_KV_LINE = re.compile(r"^[ \t]*(?:-[ \t]+)?[\"']?(?P<k>[A-Za-z_][\w.\-/]*)[\"']?[ \t]*(?P<sep>[:=])(?P<v>.*)$")
+_BLOCK_OPEN = re.compile(r"^[ \t]*(?:-[ \t]+)?[\"']?(?P<k>[A-Za-z_][\w.\-/]*)[\"']?[ \t]*[:=][ \t]*"
+                         r"(?:(?:\{|dict\()[ \t]*)?(?:#.*)?$")
 _INLINE_KV = re.compile(r"(?<![\w.\-])(?P<k>[A-Za-z_][\w.]*)\s*(?<![=!<>])=(?!=)\s*"
                         r"(?P<v>\"[^\"]*\"|'[^']*'|torch\.\w+|[^\s,()\[\]{}，）（；。、]+)")
 _FLAG = re.compile(r"(?<![\w\-])--(?P<k>[A-Za-z][\w.\-]*)(?:[ =](?P<v>(?!--)[^\s\\]+))?")
@@ -38,12 +41,22 @@ def _is_bool(raw_key: str) -> bool:
     return (sp is not None and sp.kind == "bool") or raw_key.lower().strip("-") in PRECISION_FLAGS
 
 
+def strip_comment(v: str) -> str:
+    """`value  # comment` -> `value`, found without a regex (`\\s+#.*$` was quadratic on a run of spaces)."""
+    i = v.find("#")
+    while i > 0:
+        if v[i - 1] in " \t":
+            return v[:i].rstrip()
+        i = v.find("#", i + 1)
+    return v
+
+
 def _clean_value(v: str) -> str:
-    v = re.sub(r"\s+#.*$", "", v).strip().rstrip(",").strip()
+    v = strip_comment(v).strip().rstrip(",").strip()
     return v.strip("'\"")
 
 
-_NEXT_SETTING = re.compile(r"\s+[+~]?[A-Za-z_][\w.\-]*\s*[=:]")
+_NEXT_SETTING = re.compile(r"(?<=\s)[+~]?[A-Za-z_][\w.\-]*[ \t]*[=:]")
 _CALL_VALUE = re.compile(r"^[A-Za-z_][\w.]*\(")
 
 
@@ -128,9 +141,12 @@ def structured(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             stack.append((indent, m.group("k")))
             continue
         m = _KV_LINE.match(s)
-        if not m or len(m.group("v")) > 300:
+        if not m:
             continue
-        k, raw = m.group("k"), _clean_value(m.group("v"))
+        value = m.group("v").strip().rstrip(",").rstrip()
+        if len(value) > 300:
+            continue
+        k, raw = m.group("k"), _clean_value(value)
         if raw.startswith("{") and raw.endswith("}"):
             v = raw
             try:
@@ -139,7 +155,7 @@ def structured(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             except ValueError:
                 pass
             continue
-        got = _line_value(re.sub(r"\s+#.*$", "", m.group("v")), m.group("sep"))
+        got = _line_value(strip_comment(value), m.group("sep"))
         if got is None:
             continue
         v = got

@@ -11,13 +11,16 @@ from kb.canonical import ERROR_PATTERNS, GPU_NAME, GPU_WITHOUT_BF16, canonical_p
 from kb.facts.model import Facts
 
 # --- metric lines -----------------------------------------------------------------------------------------
-_NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+)|[-+]?nan|[-+]?inf(?:inity)?"
-_PAIR = re.compile(r"['\"]?(?P<k>[A-Za-z_][\w/.\-]*)['\"]?\s*[:=]\s*(?:tensor\()?['\"]?(?P<v>" + _NUM + r")(?![\w.])",
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+)|[-+]?nan|[-+]?inf(?:inity)?"
+# Keys start at a word boundary (the look-behind), so a long run of word characters is scanned once, not once per
+# position.
+_PAIR = re.compile(r"(?<![\w/.\-])['\"]?(?P<k>[A-Za-z_][\w/.\-]*)['\"]?\s*[:=]\s*(?:tensor\()?['\"]?(?P<v>" + _NUM + r")(?![\w.])",
                    re.IGNORECASE)
 # "step 10 loss 3.2, step 20 loss nan": name and number separated by spaces only; read only when a line has
 # no `k: v` / `k=v` pairs, and only for names that look like metrics (prose like "after 100 iterations" is not).
-_LOOSE_PAIR = re.compile(r"(?<![\w.])(?P<k>[A-Za-z_][\w/.\-]*)\s+(?P<v>" + _NUM + r")(?![\w.])", re.IGNORECASE)
-_SPACE_PAIR = re.compile(r"^\s*(?P<k>[A-Za-z_][\w/.\-]*)\s*[:=]?\s+(?P<v>" + _NUM + r")\s*$", re.IGNORECASE)
+_LOOSE_PAIR = re.compile(r"(?<![\w./\-])(?P<k>[A-Za-z_][\w/.\-]*)\s+(?P<v>" + _NUM + r")(?![\w.])", re.IGNORECASE)
+_SPACE_PAIR = re.compile(r"^\s*(?P<k>[A-Za-z_][\w/.\-]*)(?:[ \t]*[:=][ \t]*|[ \t]+)(?P<v>" + _NUM + r")\s*$",
+                         re.IGNORECASE)
 _METRIC_WORD = re.compile(r"loss|norm|reward|kl|acc|logps|logits|margin|entropy|score|lr|learning_rate|ppl|"
                           r"perplexity|advantage|ratio|clip|value|return|step|epoch|iter", re.IGNORECASE)
 _STEP_KEYS = {"step", "global_step", "steps", "iter", "iteration", "train/global_step", "training/global_step",
@@ -188,7 +191,7 @@ def error_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None
                 facts.add("errors", eid, "log", n, s.strip(), source)
 
 
-_PKG = re.compile(r"(?<![\w\-])(?P<pkg>[A-Za-z][\w\-]*)\s*(?:==|=|>=|~=|:|\s+version\s*:?)\s*['\"]?"
+_PKG = re.compile(r"(?<![\w\-])(?P<pkg>[A-Za-z][\w\-]*)[ \t]*(?:==|=|>=|~=|:|version[ \t]*:?)[ \t]*['\"]?"
                   r"(?P<ver>v?\d+(?:\.\d+)+[\w.+\-]*)", re.IGNORECASE)
 _PIP_LIST = re.compile(r"^\s*(?P<pkg>[A-Za-z][\w\-]*)\s{2,}(?P<ver>v?\d+(?:\.\d+)+[\w.+\-]*)\s*$")
 _TORCH_ENV = re.compile(r"PyTorch version\s*:\s*(?P<ver>\d+(?:\.\d+)+[\w.+\-]*)", re.IGNORECASE)

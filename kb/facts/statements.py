@@ -44,7 +44,7 @@ _SEP = (r"[\"'`]?[ \t]*(?:参数|选项|的值|值|parameter|option|flag|setting
         r"(?:[（(][ \t]*(?:如|例如|比如|e\.g\.,?|eg\.?)?[ \t]*)?")
 _VALUE = re.compile(
     _SEP + r"(?:[\"'“”‘’`](?P<qv>[^\"'“”‘’`\n]{1,80})[\"'“”‘’`]|"
-    r"(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)(?![A-Za-z0-9_.])|"
+    r"(?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)(?![A-Za-z0-9_.])|"
     r"(?P<word>[A-Za-z_][A-Za-z0-9_.\-/]{0,120}))", re.IGNORECASE)
 # Only words that can be config keys in prose: flags (--x), identifiers with "_" or "." (max_length,
 # zero_optimization.stage) and any word directly followed by ":" or "=" (YAML, key=value).

@@ -136,8 +136,14 @@ class _Converter(HTMLParser):
 def html_to_text(html: str) -> HtmlDoc:
     """Convert an HTML page to text with `#` headings, `- ` list items and fenced code blocks."""
     conv = _Converter()
-    conv.feed(html)
-    conv.close()
+    try:
+        conv.feed(html)
+        conv.close()
+    except (AssertionError, ValueError):
+        # html.parser gives up on some malformed markup (`<![` + junk): fall back to dropping the tags crudely
+        # rather than failing the document.
+        crude = re.sub(r"<[^>]{0,2000}>", " ", html)
+        return HtmlDoc(text=re.sub(r"[ \t]+", " ", crude).strip(), title="", url="", dropped=["unparseable markup"])
     text = "".join(conv.out)
     lines = [ln.rstrip() if ln.startswith(("    ", "\t")) else ln.strip() for ln in text.split("\n")]
     text = re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()

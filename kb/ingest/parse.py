@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 from kb.canonical import FACTS
 from kb.errors import InputError
 from kb.facts import Facts
+from kb.facts.boundary import too_deep
 from kb.facts.pipeline import DEFAULT as PIPELINE
 from kb.facts.statements import REL_SYMBOL, extract_config, extract_errors, extract_metrics, extract_relations
 from kb.ingest import categorize as cat
@@ -59,7 +60,7 @@ class IngestResult(BaseModel):
 
 _FRONT = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTALL)
 _SITE_SUFFIX = re.compile(
-    r"\s*[-_|–—]\s*(?:CSDN博客|CSDN|知乎|博客园|GitCode|掘金|简书|SegmentFault\s*思否|思否|腾讯云开发者社区|"
+    r"(?<!\s)\s*[-_|–—]\s*(?:CSDN博客|CSDN|知乎|博客园|GitCode|掘金|简书|SegmentFault\s*思否|思否|腾讯云开发者社区|"
     r"阿里云开发者社区|开源中国|GitHub|Medium|Stack Overflow|Hugging Face Forums|DEV Community)\s*$", re.IGNORECASE)
 # Sentences that describe a remedy; in a document without a fix section they are read as the fix.
 _FIX_SENTENCE = re.compile(r"(?i)\b(fix(?:ed|es)?|solution|solved|workaround|resolved?|instead of|switch(?:ed|ing)? to|"
@@ -70,6 +71,8 @@ def _front_matter(text: str) -> tuple[dict[str, Any] | None, str]:
     m = _FRONT.match(text)
     if not m:
         return None, text
+    if too_deep(m.group(1)):
+        return None, text  # nested past KB_MAX_NESTING: not front matter anyone writes; read it as text
     try:
         data = yaml.safe_load(m.group(1))
     except yaml.YAMLError:
