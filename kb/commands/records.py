@@ -103,7 +103,7 @@ _REGEX_FIELDS = ("pattern",)
 
 def validate(args) -> int:
     """Schema + taxonomy + regex + id/folder checks; exit 1 when any document fails."""
-    from kb.documents import parse_incident_md
+    from kb.documents import lint_front_matter, parse_incident_md
     from kb.errors import KBError
     from kb.taxonomy import categories
 
@@ -114,10 +114,12 @@ def validate(args) -> int:
     for path in paths:
         errs: list[str] = []
         try:
-            inc = parse_incident_md(path.read_text(encoding="utf-8"), source=str(path))
+            text = path.read_text(encoding="utf-8")
+            inc = parse_incident_md(text, source=str(path))
         except (KBError, OSError, UnicodeDecodeError) as e:
             report.append({"path": str(path), "ok": False, "errors": [str(e)]})
             continue
+        errs += [e.split(": ", 1)[1] for e in lint_front_matter(text, source=str(path))]
         if inc.root_cause.category not in cats:
             errs.append(f"unknown category {inc.root_cause.category!r}")
         if path.name == "incident.md" and inc.id != path.parent.name:
