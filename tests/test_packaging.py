@@ -37,8 +37,12 @@ def venv(tmp_path_factory, wheel) -> Path:
     """A fresh venv outside the checkout; system site-packages only to avoid downloading dependencies."""
     root = tmp_path_factory.mktemp("venv") / "v"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(root)], check=True, timeout=300)
-    pip = [str(root / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)]
-    r = subprocess.run(pip, capture_output=True, text=True, timeout=300, check=False)
+    # --force-reinstall: a kb-nan already visible through the system site-packages (an editable checkout)
+    # must not count as "already satisfied".
+    pip = [str(root / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--force-reinstall",
+           str(wheel)]
+    r = subprocess.run(pip, capture_output=True, text=True, timeout=300, check=False, cwd=root,
+                       env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert r.returncode == 0, r.stderr[-3000:]
     return root
 
