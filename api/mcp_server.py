@@ -146,6 +146,11 @@ def build_server(data_dir: str | None = None, incidents_dir: str | None = None, 
         kb = state.get()
         if incident_id not in kb.records:
             raise _unknown_id(kb, incident_id)
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            raise ValueError("repro checks run PyTorch, which is not installed where kb runs "
+                             "(pip install torch==2.13.0 for the CPU build, then pip install 'kb-nan[repro]')")
         if device not in ("cpu", "cuda", "auto"):
             raise ValueError("device must be cpu, cuda or auto")
         facts: dict[str, Any] = {}

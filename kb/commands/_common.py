@@ -128,7 +128,7 @@ def table(headers: list[str], rows: Iterable[list[Any]], *, wide: Iterable[int] 
 
     width = out().width
     for i in optional:
-        if fixed(keep) + 12 * max(len(wide), 1) <= width:
+        if fixed(keep) + 32 * max(len(wide), 1) <= width:  # a title needs ~30 cells to be recognisable
             break
         keep.remove(i)
     room = max(12 * max(len(wide), 1), width - fixed(keep))

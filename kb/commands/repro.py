@@ -108,6 +108,7 @@ def run(args) -> int:
     from kb.commands._common import lang_of, show
 
     lang = lang_of(args)
+    _need_torch()
     if args.all:
         verdicts = _run_all(args, lang)
         if args.json:
@@ -151,6 +152,15 @@ def run(args) -> int:
         if report is not None:
             print(_data_summary(report))
     return verdict.exit_code
+
+
+def _need_torch() -> None:
+    """Checks run real PyTorch; torch is an extra so that installing kb never touches a training stack's."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise InputError("repro checks run PyTorch, which is not installed: install your torch first "
+                         "(pip install torch==2.13.0 is the CPU build), then pip install 'kb-nan[repro]'")
 
 
 def _data_report(args, facts: dict[str, Any]):
