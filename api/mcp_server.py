@@ -148,7 +148,11 @@ def build_server(data_dir: str | None = None, incidents_dir: str | None = None, 
             raise _unknown_id(kb, incident_id)
         import importlib.util
 
-        if importlib.util.find_spec("torch") is None:
+        try:
+            has_torch = importlib.util.find_spec("torch") is not None
+        except (ImportError, ValueError, AttributeError):
+            has_torch = False
+        if not has_torch:
             raise ValueError("repro checks run PyTorch, which is not installed where kb runs "
                              "(pip install torch==2.13.0 for the CPU build, then pip install 'kb-nan[repro]')")
         if device not in ("cpu", "cuda", "auto"):

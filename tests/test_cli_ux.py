@@ -212,3 +212,15 @@ COMP_WORDS=(kb ask x --lang ''); COMP_CWORD=4; _kb_complete; echo "D:${{COMPREPL
     assert "ms-swift-dpo-sp-nll-nan" in lines["B"].split()
     assert lines["C"] == "--fail-on"
     assert lines["D"].split() == ["en", "zh"]
+
+
+def test_repro_without_torch_is_a_clear_error(env):
+    """Core installs have no torch: `kb repro` says what to install instead of failing inside a check."""
+    # sys.modules[name] = None is how Python itself marks a module as not importable.
+    hide = "import sys\nsys.modules['torch'] = None\nfrom kb.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    r = subprocess.run([sys.executable, "-c", hide, "repro", "trl-simpo-empty-response-nan"], capture_output=True,
+                       text=True, env=env, timeout=120, check=False)
+    assert r.returncode == 2 and "pip install torch==2.13.0" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, "-c", hide, "repro", "no-such-check"], capture_output=True, text=True,
+                       env=env, timeout=120, check=False)
+    assert r.returncode == 3  # an unknown id is still an unknown id

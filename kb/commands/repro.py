@@ -108,8 +108,8 @@ def run(args) -> int:
     from kb.commands._common import lang_of, show
 
     lang = lang_of(args)
-    _need_torch()
     if args.all:
+        _need_torch()
         verdicts = _run_all(args, lang)
         if args.json:
             print(json.dumps([v.model_dump(mode="json") for v in verdicts], ensure_ascii=False, indent=2))
@@ -129,6 +129,7 @@ def run(args) -> int:
         close = suggest(args.incident_id, known)
         raise NotFound(t("m.unknown_value", lang, what=t("w.incident", lang), value=args.incident_id)
                        + ("; " + t("m.did_you_mean", lang, options=", ".join(close)) if close else ""))
+    _need_torch()
     facts = _user_facts(args)
     report = None
     if args.data:
@@ -158,7 +159,11 @@ def _need_torch() -> None:
     """Checks run real PyTorch; torch is an extra so that installing kb never touches a training stack's."""
     import importlib.util
 
-    if importlib.util.find_spec("torch") is None:
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError, AttributeError):  # hidden or half-installed
+        found = False
+    if not found:
         raise InputError("repro checks run PyTorch, which is not installed: install your torch first "
                          "(pip install torch==2.13.0 is the CPU build), then pip install 'kb-nan[repro]'")
 
