@@ -53,8 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         if register is not None:
             register(sub)
     for name, sp in sub.choices.items():
-        known = {a for action in sp._actions for a in action.option_strings}
-        if name != "completion" and "--data-dir" not in known:
+        if name != "completion":
             _global_options(sp, suppress=True)
     return p
 
