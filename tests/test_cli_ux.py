@@ -25,7 +25,8 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 def env(tmp_path_factory, repo_root) -> dict[str, str]:
     data = tmp_path_factory.mktemp("cli-ux-data")
     e = {**os.environ, "KB_DATA_DIR": str(data), "KB_INCIDENTS_DIR": str(repo_root / "incidents"),
-         "PYTHONPATH": str(repo_root), "LANG": "C.UTF-8"}
+         "PYTHONPATH": str(repo_root), "LANG": "C.UTF-8",
+         "KB_DAEMON": "off"}  # on a pseudo-terminal kb would otherwise leave an answer daemon running
     for k in ("NO_COLOR", "KB_LANG", "LC_ALL", "LC_MESSAGES", "COLUMNS"):
         e.pop(k, None)
     subprocess.run([sys.executable, "-m", "kb.cli", "-q", "index"], env=e, check=True, timeout=600,
