@@ -18,7 +18,7 @@ from api.chatops.replay import ReplayCache
 from api.jobs import JobManager, Runner
 from api.limits import BodyLimitMiddleware
 from api.metrics import Metrics, MetricsMiddleware
-from api.routers import ask, diagnose, health, incidents, jobs
+from api.routers import ask, diagnose, dify, health, incidents, jobs, web
 from api.settings import Settings
 
 log = logging.getLogger("kb.api")
@@ -73,8 +73,9 @@ def create_app(settings: Settings | None = None, kb=None, repro_runner: Runner |
             app.state.jobs.shutdown()  # first: running checks die even if closing the HTTP client fails
             await app.state.http.aclose()
 
+    # docs_url=None: web.install serves /docs from self-hosted assets (FastAPI's default loads a CDN).
     app = FastAPI(title="kb: why did my loss go NaN?", version="0.1.0", description=DESCRIPTION,
-                  lifespan=lifespan)
+                  lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.settings = settings
     app.state.kb = kb
     app.state.metrics = Metrics()
@@ -90,8 +91,9 @@ def create_app(settings: Settings | None = None, kb=None, repro_runner: Runner |
                                 memory_mb=settings.repro_memory_mb)
 
     errors.install(app)
-    for module in (health, ask, diagnose, incidents, jobs):
+    for module in (health, ask, diagnose, incidents, jobs, dify):
         app.include_router(module.router)
+    web.install(app)
     for router in chatops_routers():
         app.include_router(router)
     # Added last = outermost: metrics see every answer, including the body limiter's 413s.

@@ -68,6 +68,64 @@ def dump_incident_md(inc: Incident) -> str:
     return "\n".join(parts) + "\n"
 
 
+# A value that ends on one of these words (or an open bracket) was cut, not finished.
+_DANGLING = re.compile(r"(?:[(\[{（【:,;/\-–]|\b(?:a|an|the|of|to|with|and|or|by|for|from|via|PR|than))\s*\Z",
+                       re.IGNORECASE)
+_PAIRS = ("()", "[]", "（）", "【】", "{}")
+# Fields that hold sentences; identifiers, versions and regexes are not prose.
+_PROSE_KEYS = {"en", "zh", "title", "summary", "explanation", "notes", "observed", "fix", "note", "mechanism"}
+
+
+def lint_front_matter(text: str, *, source: str = "<text>") -> list[str]:
+    """Damage the YAML parser accepts silently: a plain value cut by ` #...` (YAML reads it as a comment),
+    or prose that ends mid-phrase or with an unclosed bracket. One message per problem, with its line."""
+    m = _FRONT.match(text)
+    if not m:
+        return []
+    front = m.group(1)
+    lines = front.split("\n")
+    problems: list[str] = []
+    try:
+        events = list(yaml.parse(front, Loader=_Loader))
+    except yaml.YAMLError:
+        return []  # parse_incident_md reports malformed YAML with its own message
+    key: str | None = None
+    stack: list[list[bool]] = []  # one frame per open collection: [is_mapping, expecting_a_key]
+    for ev in events:
+        if isinstance(ev, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            if stack and stack[-1][0] and not stack[-1][1]:
+                stack[-1][1] = True  # this collection is the value of the pending key
+            stack.append([isinstance(ev, yaml.MappingStartEvent), True])
+            continue
+        if isinstance(ev, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            stack.pop()
+            continue
+        if not isinstance(ev, yaml.ScalarEvent):
+            continue
+        if stack and stack[-1][0]:
+            if stack[-1][1]:
+                key, stack[-1][1] = ev.value, False
+                continue
+            stack[-1][1] = True
+        line_no = ev.end_mark.line
+        where = f"{source}: front matter line {line_no + 2}"
+        if not ev.style and ev.start_mark.line == line_no and line_no < len(lines):
+            rest = lines[line_no][ev.end_mark.column:]
+            if re.match(r"\s+#\S", rest) and isinstance(ev.value, str) and " " in ev.value.strip():
+                problems.append(f"{where}: {key or 'value'} is cut by a YAML comment at {rest.strip()[:30]!r}; "
+                                "quote the value")
+                continue
+        if key in _PROSE_KEYS and isinstance(ev.value, str) and " " in ev.value.strip():
+            v = ev.value.strip()
+            if _DANGLING.search(v):
+                problems.append(f"{where}: {key} looks truncated (ends with {v[-20:]!r})")
+            for a, b in _PAIRS:
+                if v.count(a) > v.count(b):
+                    problems.append(f"{where}: {key} has an unclosed {a!r} (truncated?)")
+                    break
+    return problems
+
+
 @dataclass
 class LoadProblem:
     path: str

@@ -15,7 +15,13 @@ def incidents_dir(explicit: str | os.PathLike | None = None) -> Path:
     env = os.environ.get("KB_INCIDENTS_DIR")
     if env:
         return Path(env).expanduser().resolve()
-    return REPO_ROOT / "incidents"
+    return _corpus("incidents")
+
+
+def _corpus(name: str) -> Path:
+    """The checkout's folder, or the copy a built wheel carries in kb/_corpus/ (see setup.py)."""
+    local = REPO_ROOT / name
+    return local if local.is_dir() else PACKAGE_DIR / "_corpus" / name
 
 
 def cases_dir(explicit: str | os.PathLike | None = None, incidents: Path | None = None) -> Path:

@@ -51,7 +51,7 @@ def test_show_list_stats(run):
 def test_unknown_id_is_a_clear_error_not_a_traceback(run):
     r = run("show", "no-such-incident")
     assert r.returncode == 3
-    assert "no incident with id" in r.stderr and "Traceback" not in r.stderr
+    assert "unknown incident" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_validate_passes_on_shipped_corpus(run):

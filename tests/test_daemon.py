@@ -84,7 +84,7 @@ def test_daemon_notices_changed_records(env):
     assert json.loads(r.stdout)["results"][0]["id"] == "ms-swift-dpo-sp-nll-nan"
     shutil.rmtree(os.path.join(e["KB_INCIDENTS_DIR"], "ms-swift-dpo-sp-nll-nan"))
     r = kb(env, "ask", "--json", "DPO NLL loss nan")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode in (0, 1), r.stderr  # 1 = abstained (kb ask exit codes)
     assert "ms-swift-dpo-sp-nll-nan" not in [x["id"] for x in json.loads(r.stdout)["results"]]
     info = daemon.status(t)
     assert info["reopened"] >= 1
@@ -148,4 +148,4 @@ def test_stop(env):
     else:
         pytest.fail("daemon process still alive after stop")
     r = kb(env, "ask", "--json", "DPO rpo_alpha nan")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode in (0, 1), r.stderr  # 1 = abstained (kb ask exit codes)

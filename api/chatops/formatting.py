@@ -102,7 +102,7 @@ def from_ask(result: Any, max_items: int = 3) -> Message:
     items = [Item(incident_id=str(x.get("id", "")), title=str(x.get("title", "")), category=str(x.get("category", "")),
                   score=x.get("score"), evidence=[_clip(e) for e in (x.get("evidence") or [])[:MAX_EVIDENCE]],
                   fix=_clip(x.get("fix") or ""), repro=str(x.get("repro") or ""),
-                  sources=[str(s) for s in (x.get("sources") or [])[:3]])
+                  sources=[str(s) for s in (x.get("sources") or []) if str(s).startswith("http")][:3])
              for x in (r.get("results") or [])[:max_items]]
     abstained = bool(r.get("abstained")) or not items
     notes = [_clip(r["reason"])] if r.get("reason") else []

@@ -37,4 +37,11 @@ async def ask(request: Request, body: AskRequest, settings: SettingsDep, kb: KBD
     filters = body.filters.model_dump(exclude_none=True) if body.filters else None
     async with admission.slot():
         await ensure_connected(request)
-        return await run_in_threadpool(kb.ask, body.question, k=min(body.k, settings.max_k), filters=filters)
+        res = await run_in_threadpool(kb.ask, body.question, k=min(body.k, settings.max_k), filters=filters)
+    for r in res.results:  # a seed article's file name means nothing to a client: links only
+        r.sources = public_sources(r.sources)
+    return res
+
+
+def public_sources(sources: list[str]) -> list[str]:
+    return [s for s in sources if s.startswith(("https://", "http://"))]

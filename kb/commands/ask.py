@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
-from kb.commands._common import add_filters, filters_of, open_kb, print_json, table
+from kb.commands._common import (
+    EXIT_NOTHING,
+    EXIT_OK,
+    add_filters,
+    echo,
+    filters_of,
+    lang_of,
+    open_kb,
+    print_json,
+    show,
+    table,
+)
 from kb.commands._daemon import answer
+from kb.commands._i18n import t
 
 
 def register(sub) -> None:
-    p = sub.add_parser("ask", help="answer a short question (English or Chinese)")
+    p = sub.add_parser("ask", help="answer a short question (English or Chinese)",
+                       description="Exit 0: incidents found; 1: abstained (nothing fits well) or nothing matches; "
+                                   "2: bad input (e.g. an unknown --framework, with a suggestion).")
     p.add_argument("question", nargs="+", help="the question, e.g. \"DPO NLL loss nan\"")
     p.add_argument("-k", type=int, default=5, help="how many incidents to show (default 5)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -15,28 +29,54 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def localise(kb, items, lang: str, detected: str) -> None:
+    """With --lang other than the question's, take titles and fixes from the record in that language."""
+    if lang == detected:
+        return
+    for r in items:
+        inc = kb.records.get(getattr(r, "id", None) or getattr(r, "incident_id", ""))
+        if inc is None:
+            continue
+        _set(r, "title", getattr(inc.title, lang) or r.title)
+        if r.fix:
+            _set(r, "fix", getattr(inc.fix.summary, lang) or r.fix)
+
+
+def _set(item, field: str, value: str) -> None:
+    """Items are pydantic models in process, dicts from the answer daemon."""
+    if isinstance(item, dict):
+        item[field] = value
+    else:
+        setattr(item, field, value)
+
+
 def run(args) -> int:
-    q, k, f = " ".join(args.question), max(1, min(args.k, 50)), filters_of(args)
+    q, k = " ".join(args.question), max(1, min(args.k, 50))
+    f = filters_of(args, open_kb(args, progress=False) if any(
+        getattr(args, x, None) for x in ("framework", "algorithm", "category")) else None, lang_of(args))
     res = answer(args, "ask", lambda: {"question": q, "k": k, "filters": f}, lambda: open_kb(args).ask(q, k=k, filters=f))
+    lang = lang_of(args, res.lang)
+    if lang != res.lang:
+        localise(open_kb(args, progress=False), res.results, lang, res.lang)
+    code = EXIT_NOTHING if res.abstained or not res.results else EXIT_OK
     if args.json:
         print_json(res)
-        return 0
+        return code
     if not res.results:
-        print("No incident matches." + (f" ({res.reason})" if res.reason else ""))
-        return 0
+        echo(t("m.no_match", lang) + (f" ({res.reason})" if res.reason else ""))
+        return code
     if res.abstained:
-        print(("没有足够匹配的事件，以下为最接近的候选：" if res.lang == "zh" else
-               "Nothing in the knowledge base fits well; closest candidates:") + f" ({res.reason})\n")
+        echo(t("m.abstain_ask", lang) + f" ({res.reason})\n", style="yellow")
     rows = [[str(i), r.id, r.title, r.framework, r.algorithm, r.category, f"{r.score:.2f}"]
             for i, r in enumerate(res.results, 1)]
-    print(table(["#", "id", "title", "framework", "algorithm", "category", "score"], rows, max_col=48))
-    fix_label, ev_label = ("修复", "证据") if res.lang == "zh" else ("fix", "evidence")
+    show(table(["#", t("h.id", lang), t("h.title", lang), t("h.framework", lang), t("h.algorithm", lang),
+                t("h.category", lang), t("h.score", lang)], rows, wide=[2], optional=[4, 3]))
     for i, r in enumerate(res.results, 1):
-        print(f"\n{i}. {r.id}")
+        echo(f"\n{i}. {r.id}", style="bold")
         for e in r.evidence:
-            print(f"   {ev_label}: {e}")
+            echo(f"   {t('l.evidence', lang)}: {e}")
         if r.fix:
-            print(f"   {fix_label}: {r.fix}")
+            echo(f"   {t('l.fix', lang)}: {r.fix}", style="green")
         if r.repro:
-            print(f"   repro: {r.repro}")
-    return 0
+            echo(f"   {t('l.repro', lang)}: {r.repro}", style="cyan")
+    return code

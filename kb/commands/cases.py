@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kb.commands._common import open_kb, print_json, table
+from kb.commands._common import echo, open_kb, print_json, show, table
 from kb.errors import NotFound
 
 
@@ -12,7 +12,8 @@ def register(sub) -> None:
     p.add_argument("--framework", help="only this framework (case-insensitive)")
     p.add_argument("--category", help="only this root-cause category (out-of-scope for out-of-scope reports)")
     p.add_argument("--scope", choices=["in", "out"], help="in scope (a divergence) or out of scope")
-    p.add_argument("--lang", choices=["zh", "en"], help="language of the report")
+    # Not --lang: that global flag picks the output language.
+    p.add_argument("--report-lang", choices=["zh", "en"], help="language of the report")
     p.add_argument("--stats", action="store_true", help="counts by language, scope, framework and category")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
@@ -46,7 +47,7 @@ def run(args) -> int:
     sel = [c for c in cases
            if (not args.framework or c.framework.name.lower() == args.framework.lower())
            and (not args.category or c.category == args.category)
-           and (not args.scope or c.scope == args.scope) and (not args.lang or c.lang == args.lang)]
+           and (not args.scope or c.scope == args.scope) and (not args.report_lang or c.lang == args.report_lang)]
     if args.stats:
         data = summary(sel)
         if args.json:
@@ -59,6 +60,6 @@ def run(args) -> int:
         print_json([c.model_dump() for c in sel])
         return 0
     rows = [[c.id, c.lang, c.scope, c.category, c.framework.name, c.title] for c in sel]
-    print(table(["id", "lang", "scope", "category", "framework", "title"], rows, max_col=60))
-    print(f"{len(sel)} case(s)")
+    show(table(["id", "lang", "scope", "category", "framework", "title"], rows, wide=[5], optional=[4, 2]))
+    echo(f"{len(sel)} case(s)")
     return 0 if sel else 1

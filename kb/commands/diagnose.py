@@ -5,13 +5,28 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from kb.commands._common import open_kb, print_json, table
+from kb.commands._common import (
+    EXIT_GATE,
+    EXIT_NOTHING,
+    EXIT_OK,
+    echo,
+    lang_of,
+    open_kb,
+    print_json,
+    show,
+    table,
+    warn,
+)
 from kb.commands._daemon import answer, diagnose_params
+from kb.commands._i18n import t
 from kb.errors import InputError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("diagnose", help="diagnose a log, config, command line or question (files or stdin)")
+    p = sub.add_parser("diagnose", help="diagnose a log, config, command line or question (files or stdin)",
+                       description="Exit 0: diagnosed; 1: abstained (no confident diagnosis); 2: bad input. "
+                                   "With --fail-on P: exit 4 when the best diagnosis has confidence >= P, else 0 "
+                                   "(a pre-flight gate for CI: kb diagnose --config run.yaml --fail-on 0.8).")
     p.add_argument("files", nargs="*", help="files with logs / configs / commands / prose; '-' reads stdin")
     p.add_argument("--log", help="a training log file")
     p.add_argument("--config", help="a config file (YAML, JSON, DeepSpeed JSON, key=value, command line)")
@@ -22,6 +37,8 @@ def register(sub) -> None:
                    help="ranking signals (ablation); default full = hybrid retrieval + triggers + signatures")
     p.add_argument("--answer", action="append", default=[], metavar="KEY=VALUE",
                    help="answer a differential question (a fact, e.g. precision=bf16); repeatable; re-ranks")
+    p.add_argument("--fail-on", type=float, metavar="CONFIDENCE",
+                   help="exit 4 when the input matches a known failure at or above this confidence (0-1)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
 
@@ -60,6 +77,8 @@ def read_input(path: str) -> str:
 
 
 def run(args) -> int:
+    if args.fail_on is not None and not 0.0 <= args.fail_on <= 1.0:
+        raise InputError(f"--fail-on takes a confidence between 0 and 1, got {args.fail_on}")
     res = answer(args, "diagnose", lambda: diagnose_params(args), lambda: _diagnose_here(args))
     return _print(args, res)
 
@@ -89,46 +108,76 @@ def _diagnose_here(args):
 
 
 def _print(args, res) -> int:
+    # `res` is the library's Diagnosis or, from the answer daemon, the same fields as a dict.
+    lang = lang_of(args, res.lang)
+    if lang != res.lang:
+        from kb.commands.ask import localise
+
+        localise(open_kb(args, progress=False), res.diagnoses, lang, res.lang)
+    code = EXIT_NOTHING if res.abstained or not res.diagnoses else EXIT_OK
+    if args.fail_on is not None:
+        code = _gate(args, res)
     if args.json:
         print_json(res)
-        return 0
-    zh = res.lang == "zh"
+        return code
     for w in res.warnings:
-        print(f"warning: {w}", file=sys.stderr)
+        warn(f"{t('l.warning', lang)}: {w}")
     if res.abstained:
-        print(("无法给出可靠诊断：" if zh else "No confident diagnosis: ") + res.reason)
+        echo(t("m.abstain_diag", lang) + res.reason, style="yellow")
         if res.diagnoses:
-            print("最接近的候选：" if zh else "Closest candidates:")
+            echo(t("m.closest", lang))
     rows = [[str(i), d.category, f"{d.confidence:.2f}", d.incident_id, d.title]
             for i, d in enumerate(res.diagnoses, 1)]
     if rows:
-        print(table(["#", "category", "conf", "incident", "title"], rows, max_col=56))
+        show(table(["#", t("h.category", lang), t("h.conf", lang), t("h.incident", lang), t("h.title", lang)], rows,
+                   wide=[4]))
     for i, d in enumerate(res.diagnoses, 1):
-        print(f"\n{i}. {d.category} ({d.confidence:.2f}) — {d.incident_id}")
+        echo(f"\n{i}. {d.category} ({d.confidence:.2f}) — {d.incident_id}", style="bold")
         if d.decided_by:
-            print(f"   {'判定依据' if zh else 'decided by'}: {d.decided_by}")
+            echo(f"   {t('l.decided_by', lang)}: {d.decided_by}")
         for e in d.evidence[:8]:
             where = f"{e.source}:{e.line}" if e.line else e.kind
-            print(f"   [{where}] {e.detail}")
+            echo(f"   [{where}] {e.detail}")
         if d.fix:
-            print(f"   {'修复' if zh else 'fix'}: {d.fix}")
+            echo(f"   {t('l.fix', lang)}: {d.fix}", style="green")
         if d.repro:
-            print(f"   repro: {d.repro}")
+            echo(f"   {t('l.repro', lang)}: {d.repro}", style="cyan")
     if res.bisect:
-        print("\n" + ("排查顺序（逐项关闭或回退）：" if zh else "bisect plan (switch off or roll back, in order):"))
+        echo("\n" + t("m.bisect", lang), style="bold")
         for n, step in enumerate(res.bisect, 1):
-            print(f"   {n}. {step}")
+            echo(f"   {n}. {step}")
     if res.differential and res.route != "mechanism":
-        print("\n" + ("候选：" if zh else "candidates: ")
-              + ", ".join(f"{c.category} {c.probability:.2f}" for c in res.differential))
+        echo("\n" + t("m.candidates", lang) + ", ".join(f"{c.category} {c.probability:.2f}" for c in res.differential))
     for q in res.questions:
         opts = f" ({' / '.join(q.options)})" if q.options else ""
-        print(f"   ? {q.question}{opts}  → kb diagnose ... --answer {q.fact}=<value>")
+        echo(f"   ? {q.question}{opts}  → kb diagnose ... --answer {q.fact}=<value>", style="cyan")
     if res.similar_reports:
-        print("\n" + (f"在 {res.seen_in} 个相似的真实报告中见过：" if zh else f"seen in {res.seen_in} similar real report(s):"))
+        echo("\n" + t("m.seen_in", lang, n=res.seen_in))
         for r in res.similar_reports[:3]:
-            print(f"   {r.category}: {r.title} — {r.url}")
+            echo(f"   {r.category}: {r.title} — {r.url}")
     shown = {k: v["value"] for k, v in res.facts.items()}
     if shown:
-        print("\nfacts: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
-    return 0
+        echo(f"\n{t('l.facts', lang)}: " + ", ".join(f"{k}={v}" for k, v in shown.items()))
+    if args.fail_on is not None:
+        _gate_message(args, res, lang, code)
+    return code
+
+
+def _best(res):
+    return None if res.abstained or not res.diagnoses else res.diagnoses[0]
+
+
+def _gate(args, res) -> int:
+    best = _best(res)
+    return EXIT_GATE if best is not None and best.confidence >= args.fail_on else EXIT_OK
+
+
+def _gate_message(args, res, lang: str, code: int) -> None:
+    best = _best(res)
+    what = args.config or args.log or ", ".join(args.files) or "input"
+    if code == EXIT_GATE:
+        warn(t("m.gate_hit", lang, what=what, category=best.category, incident=best.incident_id,
+               conf=best.confidence, threshold=args.fail_on))
+    else:
+        shown = f"{best.category} {best.confidence:.2f}" if best else "-"
+        echo(t("m.gate_ok", lang, threshold=args.fail_on, best=shown))

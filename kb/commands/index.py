@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kb.commands._common import open_kb, print_json
+from kb.commands._common import build_with_progress, echo, lang_of, open_kb, print_json, warn
+from kb.commands._i18n import t
 
 
 def register(sub) -> None:
@@ -13,14 +14,18 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    kb = open_kb(args)
-    b = kb.build_index(force=args.force)
+    import sys
+
+    show = not (args.quiet or args.json) and sys.stderr.isatty()
+    kb = open_kb(args, progress=False)
+    lang = lang_of(args)
+    b = build_with_progress(kb, lang, force=args.force) if show else kb.build_index(force=args.force)
     info = {**b.meta, "path": str(b.path), "problems": kb.load_problems}
     if args.json:
         print_json(info)
     elif not args.quiet:
-        print(f"indexed {b.meta['n_records']} records ({b.meta['n_rows']} rows) with {b.meta['model']} "
-              f"[{b.meta['vector_index']}] -> {b.path}")
+        echo(t("m.indexed", lang, records=b.meta["n_records"], rows=b.meta["n_rows"], model=b.meta["model"],
+               kind=b.meta["vector_index"], path=b.path))
         for p in kb.load_problems:
-            print(f"warning: {p}")
+            warn(f"{t('l.warning', lang)}: {p}")
     return 1 if kb.load_problems else 0

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from kb.commands._common import open_kb, print_json, table
+from kb.commands._common import lang_of, open_kb, print_json, progress_bar, show, table, warn
+from kb.commands._i18n import t
 
 
 def register(sub) -> None:
@@ -31,25 +31,28 @@ def _expand(paths: list[str]) -> list[Path]:
 def run(args) -> int:
     kb = open_kb(args)
     files = _expand(args.paths)
-    bar = None
+    lang = lang_of(args)
     if kb.progress and len(files) > 1:
-        from tqdm import tqdm
+        with progress_bar(t("m.ingesting", lang), total=len(files)) as update:
+            done = [0]
 
-        bar = tqdm(total=len(files), desc="ingesting", unit="doc", file=sys.stderr)
-    outcomes = kb.ingest(files, allow_duplicate=args.allow_duplicate,
-                         on_result=(lambda _o: bar.update(1)) if bar else None)
-    if bar:
-        bar.close()
+            def step(_o) -> None:
+                done[0] += 1
+                update(done[0])
+
+            outcomes = kb.ingest(files, allow_duplicate=args.allow_duplicate, on_result=step)
+    else:
+        outcomes = kb.ingest(files, allow_duplicate=args.allow_duplicate)
     if not args.no_index and any(o.status in {"created", "updated"} for o in outcomes):
         kb.build_index()
     if args.json:
         print_json([o.model_dump() for o in outcomes])
     elif not args.quiet:
-        print(table(["path", "id", "status", "category"],
-                    [[o.path, o.id, o.status, o.category] for o in outcomes]))
+        show(table([t("h.path", lang), t("h.id", lang), t("h.status", lang), t("h.category", lang)],
+                   [[o.path, o.id, o.status, o.category] for o in outcomes], wide=[0]))
         for o in outcomes:
             for w in o.warnings:
-                print(f"warning: {o.path}: {w}")
+                warn(f"{t('l.warning', lang)}: {o.path}: {w}")
             if o.error:
-                print(f"error: {o.path}: {o.error}", file=sys.stderr)
+                warn(f"{t('l.error', lang)}: {o.path}: {o.error}")
     return 2 if any(o.status == "error" for o in outcomes) else 0

@@ -6,7 +6,20 @@ import json
 import re
 from pathlib import Path
 
-from kb.commands._common import add_filters, filters_of, open_kb, print_json, table
+from kb.commands._common import (
+    EXIT_NOTHING,
+    EXIT_OK,
+    add_filters,
+    echo,
+    filters_of,
+    get_incident,
+    lang_of,
+    open_kb,
+    print_json,
+    table,
+)
+from kb.commands._common import show as show_
+from kb.commands._i18n import t
 
 
 def register(sub) -> None:
@@ -36,66 +49,73 @@ def register(sub) -> None:
 
 def show(args) -> int:
     kb = open_kb(args)
-    inc = kb.get(args.id)
+    lang = lang_of(args)
+    inc = get_incident(kb, args.id, lang)
     if args.json:
         print_json(inc)
-        return 0
-    print(f"# {inc.id}\n")
-    print(f"{inc.title.en}\n{inc.title.zh}\n")
-    print(table(["field", "value"], [
-        ["framework", (f"{inc.framework.name} reported {', '.join(inc.framework.reported_versions) or '-'}; "
-                       f"affected {inc.framework.affected_versions or '?'}; "
-                       f"fixed {inc.framework.fixed_versions or '?'}")],
-        ["model / algorithm", f"{inc.model} / {inc.algorithm}"],
-        ["precision / parallelism", f"{inc.precision} / {inc.parallelism}"],
-        ["category / status", f"{inc.root_cause.category} / {inc.root_cause.status}"],
-        ["config", ", ".join(f"{k}={v}" for k, v in inc.config.items())],
-        ["repro", kb.repro_command(inc) or "-"],
-        ["language / origin", f"{inc.lang.value} / {inc.origin}"],
-    ], max_col=100))
-    for lang, label in (("en", "English"), ("zh", "中文")):
-        print(f"\n## {label}\n")
-        print(getattr(inc.summary, lang))
-        print(f"\nRoot cause: {getattr(inc.root_cause.explanation, lang)}")
-        print(f"Fix: {getattr(inc.fix.summary, lang)}")
+        return EXIT_OK
+    echo(f"# {inc.id}\n", style="bold")
+    echo(f"{inc.title.en}\n{inc.title.zh}\n")
+    fw = inc.framework
+    show_(table([t("h.field", lang), t("h.value", lang)], [
+        [t("h.framework", lang), (f"{fw.name}; {t('l.reported', lang)} {', '.join(fw.reported_versions) or '-'}; "
+                                  f"{t('l.affected', lang)} {fw.affected_versions or '?'}; "
+                                  f"{t('l.fixed_in', lang)} {fw.fixed_versions or '?'}")],
+        [t("l.model_algorithm", lang), f"{inc.model} / {inc.algorithm}"],
+        [t("l.precision_parallelism", lang), f"{inc.precision} / {inc.parallelism}"],
+        [t("l.category_status", lang), f"{inc.root_cause.category} / {inc.root_cause.status}"],
+        [t("l.config", lang), ", ".join(f"{k}={v}" for k, v in inc.config.items())],
+        [t("l.repro", lang), kb.repro_command(inc) or "-"],
+        [t("l.language_origin", lang), f"{inc.lang.value} / {inc.origin}"],
+    ], wide=[1]))
+    # Both languages, the chosen one first: the record is bilingual by design.
+    for code in (lang, "zh" if lang == "en" else "en"):
+        echo(f"\n## {'English' if code == 'en' else '中文'}\n", style="bold")
+        echo(getattr(inc.summary, code))
+        echo(f"\n{t('l.root_cause', code)}: {getattr(inc.root_cause.explanation, code)}")
+        echo(f"{t('l.fix', code)}: {getattr(inc.fix.summary, code)}", style="green")
         for s in inc.fix.steps:
-            print(f"  - {getattr(s, lang)}")
-        body = getattr(inc.body, lang)
+            echo(f"  - {getattr(s, code)}")
+        body = getattr(inc.body, code)
         if body:
-            print("\n" + body)
-    print("\nSources:")
+            echo("\n" + body)
+    echo(f"\n{t('l.sources', lang)}:")
     for s in inc.sources:
-        print(f"  - {s.url or s.file}")
-    return 0
+        if s.url:
+            echo(f"  - {s.url}")
+    return EXIT_OK
 
 
 def list_(args) -> int:
     kb = open_kb(args)
-    recs = kb.list(**filters_of(args))
+    lang = lang_of(args)
+    recs = kb.list(**filters_of(args, kb, lang))
     if args.json:
         print_json([r.model_dump(mode="json") for r in recs])
-        return 0
-    print(table(["id", "framework", "algorithm", "category", "lang", "status"],
+        return EXIT_OK if recs else EXIT_NOTHING
+    show_(table([t("h.id", lang), t("h.framework", lang), t("h.algorithm", lang), t("h.category", lang),
+                 t("h.lang", lang), t("h.status", lang)],
                 [[r.id, r.framework.name, r.algorithm, r.root_cause.category, r.lang.value, r.root_cause.status]
-                 for r in recs]))
-    print(f"\n{len(recs)} incident(s)")
-    return 0
+                 for r in recs], optional=[4, 5, 2]))
+    echo("\n" + t("m.n_incidents", lang, n=len(recs)))
+    return EXIT_OK if recs else EXIT_NOTHING
 
 
 def stats(args) -> int:
     kb = open_kb(args)
+    lang = lang_of(args)
     s = kb.stats()
     if args.json:
         print_json(s)
-        return 0
-    print(f"{s['records']} incidents, {s['with_repro']} with a repro check\n")
-    for key, title in (("by_category", "category"), ("by_framework", "framework"), ("by_language", "language"),
-                       ("by_algorithm", "algorithm"), ("by_status", "status")):
-        print(table([title, "incidents"], [[k, str(v)] for k, v in s[key].items()]))
-        print()
+        return EXIT_OK
+    echo(t("m.stats_head", lang, records=s["records"], repro=s["with_repro"]) + "\n", style="bold")
+    for key, head in (("by_category", "h.category"), ("by_framework", "h.framework"),
+                      ("by_language", "h.language"), ("by_algorithm", "h.algorithm"), ("by_status", "h.status")):
+        show_(table([t(head, lang), t("h.incidents", lang)], [[k, str(v)] for k, v in s[key].items()]))
+        echo()
     if s["index"]:
-        print(f"index: {s['index']}")
-    return 0
+        echo(t("m.index", lang, info=s["index"]))
+    return EXIT_OK
 
 
 _REGEX_FIELDS = ("pattern",)
@@ -103,7 +123,7 @@ _REGEX_FIELDS = ("pattern",)
 
 def validate(args) -> int:
     """Schema + taxonomy + regex + id/folder checks; exit 1 when any document fails."""
-    from kb.documents import parse_incident_md
+    from kb.documents import lint_front_matter, parse_incident_md
     from kb.errors import KBError
     from kb.taxonomy import categories
 
@@ -114,10 +134,12 @@ def validate(args) -> int:
     for path in paths:
         errs: list[str] = []
         try:
-            inc = parse_incident_md(path.read_text(encoding="utf-8"), source=str(path))
+            text = path.read_text(encoding="utf-8")
+            inc = parse_incident_md(text, source=str(path))
         except (KBError, OSError, UnicodeDecodeError) as e:
             report.append({"path": str(path), "ok": False, "errors": [str(e)]})
             continue
+        errs += [e.split(": ", 1)[1] for e in lint_front_matter(text, source=str(path))]
         if inc.root_cause.category not in cats:
             errs.append(f"unknown category {inc.root_cause.category!r}")
         if path.name == "incident.md" and inc.id != path.parent.name:
@@ -127,13 +149,13 @@ def validate(args) -> int:
                 re.compile(sig.pattern)
             except re.error as e:
                 errs.append(f"signature {sig.pattern!r}: {e}")
-        for t in inc.triggers:
-            for c in t.all + t.any + t.none:
+        for trig in inc.triggers:
+            for c in trig.all + trig.any + trig.none:
                 if c.op == "regex":
                     try:
                         re.compile(str(c.value))
                     except re.error as e:
-                        errs.append(f"trigger {t.id}: {e}")
+                        errs.append(f"trigger {trig.id}: {e}")
         if not inc.sources:
             errs.append("no sources")
         if not (inc.title.en and inc.title.zh):
@@ -151,10 +173,11 @@ def validate(args) -> int:
     if args.json:
         print_json({"checked": len(report), "failed": len(bad), "documents": report})
     else:
+        lang = lang_of(args)
         for r in bad:
             for e in r["errors"]:
-                print(f"{r['path']}: {e}")
-        print(f"{len(report)} document(s) checked, {len(bad)} failed")
+                echo(f"{r['path']}: {e}", style="red")
+        echo(t("m.checked", lang, n=len(report), bad=len(bad)))
     return 1 if bad else 0
 
 

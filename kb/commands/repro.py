@@ -60,19 +60,42 @@ def _framework_cell(v) -> str:
     return f"{names}: {'affected' if fw['affected'] else 'not affected'}".strip(": ")
 
 
-def _table(verdicts) -> str:
+def _table(verdicts, lang: str):
     from kb.commands._common import table
+    from kb.commands._i18n import t
 
     rows = []
     for v in verdicts:
-        state = ("ERROR" if v.error else "needs GPU" if v.cpu_only_skip
-                 else "confirmed" if v.confirmed else "not confirmed")
-        trig = {True: "yes", False: "no", None: "?"}[v.user_settings_trigger]
+        state = t("s.error" if v.error else "s.needs_gpu" if v.cpu_only_skip
+                  else "s.confirmed" if v.confirmed else "s.not_confirmed", lang)
+        trig = {True: t("s.yes", lang), False: t("s.no", lang), None: "?"}[v.user_settings_trigger]
         rows.append([v.incident_id, state, str(v.reproduced), str(v.fixed), trig, v.device,
                      _evidence_line(v.evidence.get("faulty", {})), _evidence_line(v.evidence.get("fixed", {})),
                      _framework_cell(v), f"{v.seconds:.1f}", v.error or (v.notes[-1] if v.cpu_only_skip else "")])
-    return table(["incident", "verdict", "reproduced", "fixed", "trigger", "device", "faulty", "fixed run",
-                  "framework level", "s", "error / note"], rows, max_col=48)
+    heads = ["h.incident", "h.verdict", "h.reproduced", "h.fixed", "h.trigger", "h.device", "h.faulty_run",
+             "h.fixed_run", "h.framework_level", "h.seconds", "h.note"]
+    return table([t(h, lang) for h in heads], rows, wide=[10], optional=[5, 8, 7, 6, 2, 3])
+
+
+def _run_all(args, lang: str):
+    """Every check, one subprocess each (as runner.run_all), with a progress bar that names the running one."""
+    import sys
+
+    from kb.commands._common import progress_bar
+    from kb.commands._i18n import t
+    from kb.repro import runner
+
+    ids = runner.list_checks(args.incidents_dir)
+    if args.quiet or args.json or not sys.stderr.isatty():
+        return runner.run_all(args.incidents_dir, args.device, timeout=args.timeout, framework=not args.no_framework)
+    verdicts = []
+    with progress_bar(t("m.repro_all", lang), total=len(ids)) as update:
+        for n, i in enumerate(ids):
+            update(n, len(ids), description=f"{t('m.repro_all', lang)}: {i}")
+            verdicts += runner.run_all(args.incidents_dir, args.device, timeout=args.timeout,
+                                       framework=not args.no_framework, ids=[i])
+        update(len(ids), len(ids))
+    return verdicts
 
 
 def run(args) -> int:
@@ -82,18 +105,31 @@ def run(args) -> int:
         ids = runner.list_checks(args.incidents_dir)
         print(json.dumps(ids) if args.json else "\n".join(ids))
         return 0
+    from kb.commands._common import lang_of, show
+
+    lang = lang_of(args)
     if args.all:
-        verdicts = runner.run_all(args.incidents_dir, args.device, timeout=args.timeout,
-                                  framework=not args.no_framework)
+        _need_torch()
+        verdicts = _run_all(args, lang)
         if args.json:
             print(json.dumps([v.model_dump(mode="json") for v in verdicts], ensure_ascii=False, indent=2))
         else:
-            print(_table(verdicts))
+            show(_table(verdicts, lang))
         if any(v.error for v in verdicts):
             return 2
         return 0 if all(v.reproduced and v.fixed for v in verdicts if not v.cpu_only_skip) else 1
     if not args.incident_id:
         raise InputError("give an incident id, --all or --list")
+    known = runner.list_checks(args.incidents_dir)
+    if args.incident_id not in known:
+        from kb.commands._common import suggest
+        from kb.commands._i18n import t
+        from kb.errors import NotFound
+
+        close = suggest(args.incident_id, known)
+        raise NotFound(t("m.unknown_value", lang, what=t("w.incident", lang), value=args.incident_id)
+                       + ("; " + t("m.did_you_mean", lang, options=", ".join(close)) if close else ""))
+    _need_torch()
     facts = _user_facts(args)
     report = None
     if args.data:
@@ -117,6 +153,19 @@ def run(args) -> int:
         if report is not None:
             print(_data_summary(report))
     return verdict.exit_code
+
+
+def _need_torch() -> None:
+    """Checks run real PyTorch; torch is an extra so that installing kb never touches a training stack's."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError, AttributeError):  # hidden or half-installed
+        found = False
+    if not found:
+        raise InputError("repro checks run PyTorch, which is not installed: install your torch first "
+                         "(pip install torch==2.13.0 is the CPU build), then pip install 'kb-nan[repro]'")
 
 
 def _data_report(args, facts: dict[str, Any]):
