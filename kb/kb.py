@@ -370,7 +370,7 @@ class KnowledgeBase:
         return AskResultItem(
             id=inc.id, title=inc.title.pick(lang), category=inc.root_cause.category, framework=inc.framework.name,
             algorithm=inc.algorithm, score=h.score, evidence=evidence, fix=fix,
-            sources=[s.url or s.file for s in inc.sources], repro=self.repro_command(inc),
+            sources=[s.url for s in inc.sources if s.url], repro=self.repro_command(inc),
         )
 
     def repro_command(self, inc: Incident) -> str:

@@ -14,17 +14,9 @@ from api.bodies import parse_model
 from api.deps import AdmissionDep, KBDep, MetricsDep, SettingsDep, require_read_key
 from api.errors import ERROR_RESPONSES, APIError, ErrorResponse
 from api.limits import check_config, check_log, check_question, decode_text
+from kb.diagnose.models import Diagnosis
 
 router = APIRouter(prefix="/v1", tags=["diagnose"], dependencies=[Depends(require_read_key)])
-
-
-def _diagnosis_model() -> Any:
-    """The library's Diagnosis model for the OpenAPI schema (absent while the diagnose package is missing)."""
-    try:
-        from kb.diagnose.models import Diagnosis
-    except ImportError:
-        return None
-    return Diagnosis
 
 
 class DiagnoseRequest(BaseModel):
@@ -36,6 +28,9 @@ class DiagnoseRequest(BaseModel):
     config: str | None = Field(default=None, examples=["rlhf_type: dpo\nsequence_parallel_size: 4"])
     question: str | None = Field(default=None, examples=["DPO nll_loss is nan"])
     k: int = Field(default=3, ge=1, le=10)
+    # Answers to the differential questions (or any fact you know): canonical key -> value; they re-rank.
+    facts: dict[str, str | int | float | bool] | None = Field(
+        default=None, max_length=32, examples=[{"sequence_parallel_size": 4, "precision": "bf16"}])
 
 
 _FORM_FIELDS = ("log", "config", "question", "file")
@@ -75,7 +70,7 @@ async def _read_form(request: Request) -> dict[str, str]:
     return out
 
 
-@router.post("/diagnose", openapi_extra=OPENAPI_BODY, response_model=_diagnosis_model(),
+@router.post("/diagnose", openapi_extra=OPENAPI_BODY, response_model=Diagnosis,
              responses={**ERROR_RESPONSES, 503: {"model": ErrorResponse, "description": "busy: retry after "
                                                   "the Retry-After header's seconds"}})
 async def diagnose(request: Request, settings: SettingsDep, kb: KBDep, metrics: MetricsDep,
@@ -86,7 +81,9 @@ async def diagnose(request: Request, settings: SettingsDep, kb: KBDep, metrics: 
     async with admission.slot():
         fields, k = await _read_fields(request, settings, k)
         await ensure_connected(request)  # a client that left while queued gets no work done
-        result = await run_in_threadpool(kb.diagnose, **{k_: v for k_, v in fields.items() if v}, k=k)
+        facts = fields.pop("facts", None)
+        result = await run_in_threadpool(kb.diagnose, **{k_: v for k_, v in fields.items() if v}, k=k,
+                                         facts=facts or None)
     metrics.diagnoses.labels("abstained" if getattr(result, "abstained", False) else "matched").inc()
     return result
 
@@ -96,6 +93,10 @@ async def _read_fields(request: Request, settings, k: int) -> tuple[dict[str, st
     if ctype == "application/json" or ctype.endswith("+json"):
         body = parse_model(DiagnoseRequest, await request.body())
         fields = {"log": body.log, "config": body.config, "question": body.question, "text": None}
+        if body.facts:
+            if any(len(str(v)) > 200 or len(key) > 100 for key, v in body.facts.items()):
+                raise APIError(422, "invalid_input", "facts: keys and values must be short")
+            fields["facts"] = body.facts  # type: ignore[assignment]
         k = body.k
     elif ctype in ("multipart/form-data", "application/x-www-form-urlencoded"):
         form = await _read_form(request)
@@ -106,7 +107,7 @@ async def _read_fields(request: Request, settings, k: int) -> tuple[dict[str, st
     else:
         raise APIError(415, "unsupported_media_type",
                        f"unsupported Content-Type {ctype!r}: send application/json, text/plain or multipart/form-data")
-    if not any(v and v.strip() for v in fields.values()):
+    if not any(v and (not isinstance(v, str) or v.strip()) for v in fields.values()):
         raise APIError(422, "invalid_input", "nothing to diagnose: send a log, a config, a question or a paste")
     check_log(fields["log"], settings)
     check_log(fields["text"], settings, what="paste")

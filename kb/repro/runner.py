@@ -54,11 +54,8 @@ _REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _incidents_dir(incidents_dir: str | os.PathLike | None) -> Path:
-    try:
-        from kb.paths import incidents_dir as locate
-    except ImportError:
-        env = os.environ.get("KB_INCIDENTS_DIR")
-        return Path(incidents_dir or env or _REPO_ROOT / "incidents").expanduser().resolve()
+    from kb.paths import incidents_dir as locate
+
     return locate(incidents_dir)
 
 
@@ -80,42 +77,31 @@ def list_checks(incidents_dir: str | os.PathLike | None = None) -> list[str]:
     return sorted(p.parent.name for p in root.glob("*/repro.py")) if root.is_dir() else []
 
 
-def _front_matter_keys(folder: Path) -> set[str]:
-    """Keys of the record's `config:` block (incident.md front matter), the settings the incident reports."""
-    path = folder / "incident.md"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return set()
-    if not text.startswith("---"):
-        return set()
-    end = text.find("\n---", 3)
-    if end < 0:
-        return set()
-    import yaml
+def _record_keys(folder: Path) -> set[str]:
+    """The settings the incident record names: `config:`, `repro.settings:` and every fact its triggers test."""
+    from kb.errors import KBError
+    from kb.repro.harness import load_record
 
     try:
-        meta = yaml.safe_load(text[3:end])
-    except yaml.YAMLError:
+        rec = load_record(folder / "repro.py")
+    except (KBError, OSError, UnicodeDecodeError):
         return set()
-    config = meta.get("config") if isinstance(meta, dict) else None
-    return {str(k) for k in config} if isinstance(config, dict) else set()
+    if rec is None:
+        return set()
+    facts = {c.fact for t in rec.triggers for c in (*t.all, *t.any, *t.none)}
+    return set(rec.config) | set(rec.repro.settings) | facts
 
 
 def _source_keys(path: Path) -> set[str]:
-    """Setting names a check's source declares or reads: the keys of its `defaults` and every string constant
-    used as `settings["x"]` / `settings.get("x")`. Read with `ast`, never imported (importing runs torch)."""
+    """Setting names a check's source reads: every string constant used as `settings["x"]` /
+    `settings.get("x")`. Read with `ast`, never imported (importing runs torch)."""
     try:
         tree = ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return set()
     keys: set[str] = set()
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and t.id == "defaults" for t in targets) and isinstance(node.value, ast.Dict):
-                keys |= {k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
-        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "settings":
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "settings":
             if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
                 keys.add(node.slice.value)
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
@@ -126,9 +112,9 @@ def _source_keys(path: Path) -> set[str]:
 
 
 def declared_parameters(incident_id: str, incidents_dir: str | os.PathLike | None = None) -> set[str]:
-    """The settings a check accepts: its record's `config:` keys and the names its source declares or reads."""
+    """The settings a check accepts: what its incident record names and what its source reads."""
     path = check_path(incident_id, incidents_dir)
-    return _front_matter_keys(path.parent) | _source_keys(path)
+    return _record_keys(path.parent) | _source_keys(path)
 
 
 def _check_value(key: str, value: Any, where: str) -> Any:
