@@ -474,6 +474,18 @@ MODEL_FAMILIES = (
     ("falcon", r"falcon"), ("gpt2", r"gpt[-_ ]?2"), ("opt", r"\bopt-\d"), ("pythia", r"pythia"),
 )
 
+# Model names as an article writes them -> how a record spells the family (ingest normalises "qwen2_5 7b" to
+# "Qwen2.5-7B"); short or common-word families only count with a version or a size ("Yi-34B", "phi-2").
+MODEL_NAMES = {
+    "tinyllama": "TinyLlama", "codellama": "CodeLlama", "llama": "Llama", "qwen": "Qwen", "internlm": "InternLM",
+    "mistral": "Mistral", "mixtral": "Mixtral", "gemma": "Gemma", "baichuan": "Baichuan", "chatglm": "ChatGLM",
+    "deepseek": "DeepSeek", "minicpm": "MiniCPM", "olmo": "OLMo", "starcoder": "StarCoder", "vicuna": "Vicuna",
+    "pythia": "Pythia", "bloomz": "bloomz", "bloom": "BLOOM", "falcon": "Falcon", "glm": "GLM", "yi": "Yi",
+    "phi": "Phi", "opt": "OPT", "gpt2": "GPT-2",
+}
+# Short or common-word families only count with a version or size ("Yi-34B", "phi-2", "OPT-1.3b").
+MODEL_NAMES_NEED_VERSION = {"glm", "yi", "phi", "opt", "bloom", "falcon"}
+
 # GPU names in env dumps and prose; the ones without bf16 support make fp16 the only half precision.
 GPU_MODELS = (r"V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A6000|L40S?|L4|A40|"
               r"(?:RTX|GeForce(?: RTX)?)\s?[2345]0[6789]0(?:\s?Ti)?|910B\w*|MI\d{3}X?|TITAN\s?V|GTX\s?1080")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from kb.errors import InputError
+from kb.facts.configs import flatten
 from kb.integrations.collect import (
     Collected,
     adapter_config,
@@ -115,13 +116,6 @@ def load_training_args_bin(p: Path) -> tuple[dict[str, Any] | None, str]:
     return (d if isinstance(d, dict) else None), ""
 
 
-def _flat(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if isinstance(obj, dict):
-        out: list[tuple[str, Any]] = []
-        for k, v in obj.items():
-            out += _flat(v, f"{prefix}.{k}" if prefix else str(k))
-        return out
-    return [(prefix, obj)]
 
 
 def _jsonl_records(p: Path) -> list[dict[str, Any]]:
@@ -182,7 +176,7 @@ def read_run_dir(path: str | Path, records: int = 20) -> Collected:
             except (ValueError, yaml.YAMLError):
                 continue
             if isinstance(d, dict):
-                c.update_config(_flat(d), name)
+                c.update_config(flatten(d, keep_lists=True), name)
                 for k in ("fp16", "bf16"):
                     if d.get(k) is True:
                         c.set("precision", k, f"{name} {k}=true")

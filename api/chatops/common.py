@@ -9,7 +9,7 @@ import httpx
 from starlette.concurrency import run_in_threadpool
 
 from api.admission import Admission
-from api.chatops.formatting import Message, from_ask, from_diagnosis, help_message
+from api.chatops.formatting import Message, from_diagnosis, help_message
 from api.chatops.replay import ReplayCache
 from api.errors import APIError
 from kb.errors import KBError
@@ -39,22 +39,15 @@ def _lang(text: str) -> str:
 
 
 def answer(kb, text: str, max_results: int = 3) -> Message:
-    """A chat text (question or paste) → the best message: a diagnosis when the paste matches known
-    incidents, else the retrieval answer (which says when nothing fits)."""
+    """A chat text (question or paste) → the diagnosis as a message: its candidates, evidence and fix, the
+    questions that would separate the candidates (answer them in the thread), or why it abstained. One engine
+    call: the diagnosis already carries the retrieval."""
     text = (text or "").strip()
     lang = _lang(text)
     if not text or text.lower() in {"help", "?", "帮助"}:
         return help_message(lang)
     try:
-        try:
-            msg = from_diagnosis(kb.diagnose(text=text, k=max_results), lang=lang, max_items=max_results)
-            if not msg.abstained:
-                return msg
-        except KBError:
-            raise
-        except Exception:
-            log.exception("diagnose failed; answering with retrieval only")
-        return from_ask(kb.ask(text[:4000], k=max_results), max_items=max_results)
+        return from_diagnosis(kb.diagnose(text=text, k=max_results), lang=lang, max_items=max_results)
     except KBError as e:
         return Message(heading=help_message(lang).heading, lang=lang, notes=[str(e)], abstained=True)
 

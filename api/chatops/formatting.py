@@ -87,8 +87,16 @@ def from_diagnosis(diagnosis: Any, lang: str = "en", max_items: int = 3) -> Mess
         ))
     abstained = bool(d.get("abstained")) or not items
     notes = [_clip(w) for w in (d.get("warnings") or [])[:3]]
-    if abstained and d.get("reason"):
+    if (abstained or d.get("route") in ("differential", "framework-defect")) and d.get("reason"):
         notes.insert(0, _clip(d["reason"]))
+    # The questions that would separate the candidates: the user answers in the thread ("precision=bf16").
+    for q in (d.get("questions") or [])[:3]:
+        notes.append(_clip(f"? {q.get('question', '')}  → {q.get('fact', '')}=…"))
+    for step in (d.get("bisect") or [])[:4]:
+        notes.append(_clip(f"bisect: {step}"))
+    if d.get("seen_in") and d.get("similar_reports"):
+        r = d["similar_reports"][0]
+        notes.append(_clip(f"seen in {d['seen_in']} similar report(s), e.g. {r.get('url', '')}"))
     lang = d.get("lang") or lang
     labels = LABELS.get(lang, LABELS["en"])
     return Message(heading=labels["nothing"] if abstained else labels["diagnosis"], lang=lang, items=items,

@@ -102,12 +102,13 @@ def _set_config(facts: Facts, raw_key: str, raw_value: Any, n: int, detail: str,
     return key
 
 
-def _flatten(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
+def flatten(obj: Any, prefix: str = "", keep_lists: bool = False) -> list[tuple[str, Any]]:
+    """Nested mappings -> (dotted.path, leaf) pairs; lists are leaves when `keep_lists`, else dropped."""
     out: list[tuple[str, Any]] = []
     if isinstance(obj, dict):
         for k, v in obj.items():
-            out += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
-    elif not isinstance(obj, list):
+            out += flatten(v, f"{prefix}.{k}" if prefix else str(k), keep_lists)
+    elif keep_lists or not isinstance(obj, list):
         out.append((prefix, obj))
     return out
 
@@ -150,7 +151,7 @@ def structured(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         if raw.startswith("{") and raw.endswith("}"):
             v = raw
             try:
-                for sub, sv in _flatten(json.loads(v), k):
+                for sub, sv in flatten(json.loads(v), k):
                     _set_config(facts, sub, sv, n, stripped, source)
             except ValueError:
                 pass
@@ -181,7 +182,7 @@ def whole_json(text: str, lines: list[tuple[int, str]], facts: Facts, source: st
             return
         facts.warnings.append(f"{source}: JSON is truncated ({e}); read what is there")
     if isinstance(obj, dict):
-        for path, v in _flatten(obj):
+        for path, v in flatten(obj):
             _set_config(facts, path, v, _line_of(lines, path, 1), f"{path}: {json.dumps(v)}", source)
         hist = obj.get("log_history")
         if isinstance(hist, list):

@@ -9,6 +9,8 @@ import re
 from kb.canonical import (
     ALGORITHMS,
     FRAMEWORKS,
+    MODEL_NAMES,
+    MODEL_NAMES_NEED_VERSION,
     canonical_algorithm,
 )
 
@@ -118,17 +120,8 @@ def find_algorithm(title: str, body: str, config_algorithm: str | None) -> tuple
     return "unknown", "no algorithm named"
 
 
-_FAMILIES = {
-    "tinyllama": "TinyLlama", "codellama": "CodeLlama", "llama": "Llama", "qwen": "Qwen", "internlm": "InternLM",
-    "mistral": "Mistral", "mixtral": "Mixtral", "gemma": "Gemma", "baichuan": "Baichuan", "chatglm": "ChatGLM",
-    "deepseek": "DeepSeek", "minicpm": "MiniCPM", "olmo": "OLMo", "starcoder": "StarCoder", "vicuna": "Vicuna",
-    "pythia": "Pythia", "bloomz": "bloomz", "bloom": "BLOOM", "falcon": "Falcon", "glm": "GLM", "yi": "Yi",
-    "phi": "Phi", "opt": "OPT", "gpt2": "GPT-2",
-}
-# Short or common-word families only count with a version or size ("Yi-34B", "phi-2", "OPT-1.3b").
-_NEEDS_VERSION = {"glm", "yi", "phi", "opt", "bloom", "falcon"}
 _MODEL = re.compile(
-    r"(?<![A-Za-z0-9])(?P<fam>" + "|".join(sorted(_FAMILIES, key=len, reverse=True)) + r")"
+    r"(?<![A-Za-z0-9])(?P<fam>" + "|".join(sorted(MODEL_NAMES, key=len, reverse=True)) + r")"
     r"(?P<ver>[-_ ]?\d+(?:[._]\d+(?!\d*[bBmM]))?)?"
     r"(?P<tail>(?:[-_ ](?:\d+(?:\.\d+)?[bBmM]|a\d+b|vl|coder|math|instruct|chat|base|moe|r1|it|hf|"
     r"v\d(?:\.\d)?)(?![A-Za-z0-9]))*)", re.IGNORECASE)
@@ -138,9 +131,9 @@ def _normalise_model(m: re.Match[str]) -> str | None:
     fam = m.group("fam").lower()
     ver = m.group("ver") or ""
     tail = m.group("tail") or ""
-    if fam in _NEEDS_VERSION and not re.search(r"\d", ver + tail):
+    if fam in MODEL_NAMES_NEED_VERSION and not re.search(r"\d", ver + tail):
         return None
-    name = _FAMILIES[fam]
+    name = MODEL_NAMES[fam]
     if ver:
         sep = ver[0] if ver[0] in "-_ " else ""
         digits = ver.lstrip("-_ ")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kb.canonical import canonical, canonical_algorithm, spec
+from kb.facts.configs import flatten
 
 if TYPE_CHECKING:
     from kb.diagnose.models import Diagnosis
@@ -97,19 +98,12 @@ def environment(c: Collected, world_size: int | None = None) -> None:
     c.set("world_size", ws, f"world size {ws}")
 
 
-def _flatten(obj: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if isinstance(obj, dict):
-        out: list[tuple[str, Any]] = []
-        for k, v in obj.items():
-            out += _flatten(v, f"{prefix}.{k}" if prefix else str(k))
-        return out
-    return [(prefix, obj)]
 
 
 def deepspeed_config(c: Collected, cfg: dict[str, Any] | None, where: str) -> None:
     if not cfg:
         return
-    flat = [(k, v) for k, v in _flatten(cfg) if v != "auto"]
+    flat = [(k, v) for k, v in flatten(cfg, keep_lists=True) if v != "auto"]
     c.update_config(flat, f"DeepSpeed config ({where})")
     for k, v in flat:
         if k in ("fp16.enabled", "bf16.enabled") and v is True:
@@ -302,13 +296,20 @@ def render(collected: Collected) -> str:
         out += ["settings:", *settings]
     out += versions_
     out += notes
+    out += log_lines(collected)
+    return "\n".join(out) + "\n"
+
+
+def log_lines(collected: Collected) -> list[str]:
+    """The log records as HF-style dict lines with their step, then any raw log text of the run."""
+    lines = []
     for r in collected.records:
         body = ", ".join(f"'{k}': {_fmt(v)}" for k, v in r.items() if k != "step")
         step = r.get("step")
-        out.append("{" + body + (f", 'step': {int(step)}" if step is not None else "") + "}")
+        lines.append("{" + body + (f", 'step': {int(step)}" if step is not None else "") + "}")
     if collected.log_text:
-        out.append(collected.log_text.rstrip("\n"))
-    return "\n".join(out) + "\n"
+        lines.append(collected.log_text.rstrip("\n"))
+    return lines
 
 
 def engine_inputs(collected: Collected) -> tuple[dict[str, tuple[object, str]], str, str]:
@@ -324,15 +325,8 @@ def engine_inputs(collected: Collected) -> tuple[dict[str, tuple[object, str]], 
             continue  # findings are sentences (text below); an unused package's version says nothing
         note = " ".join(str(detail).split())[:200]
         facts[key] = (value, f"{note} (from the running trainer)" if note else "from the running trainer")
-    lines = []
-    for r in collected.records:
-        body = ", ".join(f"'{k}': {_fmt(v)}" for k, v in r.items() if k != "step")
-        step = r.get("step")
-        lines.append("{" + body + (f", 'step': {int(step)}" if step is not None else "") + "}")
-    if collected.log_text:
-        lines.append(collected.log_text.rstrip("\n"))
     findings = "\n".join(str(x) for x in collected.facts.get("findings", ([], ""))[0])
-    return facts, "\n".join(lines), findings
+    return facts, "\n".join(log_lines(collected)), findings
 
 
 def diagnose_collected(kb: KnowledgeBase, collected: Collected) -> Diagnosis:
