@@ -8,15 +8,18 @@ from functools import cached_property
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from kb.settings import Limits
 
 
 def _csv(value: str) -> list[str]:
     return [p.strip() for p in value.split(",") if p.strip()]
 
 
-class Settings(BaseSettings):
-    """Every knob of the HTTP layer; `KB_MAX_LOG_BYTES=1000000 kb serve` sets `max_log_bytes`."""
+class Settings(Limits):
+    """Every knob of the HTTP layer, on top of the library's own limits (kb.settings.Limits);
+    `KB_MAX_LOG_BYTES=1000000 kb serve` sets `max_log_bytes`."""
 
     model_config = SettingsConfigDict(env_prefix="KB_", extra="ignore", frozen=False)
 
