@@ -20,7 +20,6 @@ from api.chatops.formatting import (
     Item,
     Message,
     feishu_reply_body,
-    from_ask,
     from_diagnosis,
     to_dingtalk,
     to_slack,
@@ -120,10 +119,6 @@ def test_one_message_renders_for_every_platform():
 def test_abstention_and_chinese_labels():
     msg = from_diagnosis({"diagnoses": [], "abstained": True, "reason": "no signal", "lang": "zh"})
     assert msg.abstained and msg.heading == "知识库中没有足够匹配的事件" and msg.notes == ["no signal"]
-    ask = from_ask({"query": "q", "lang": "en", "abstained": False, "results": [
-        {"id": "a-b", "title": "T", "category": "c", "framework": "trl", "algorithm": "DPO", "score": 0.9,
-         "evidence": ["terms: nan"], "fix": "f", "sources": ["https://example.org"], "repro": ""}]})
-    assert ask.items[0].score == 0.9 and ask.heading == "Closest incidents"
 
 
 def test_slack_message_stays_inside_block_kit_limits():

@@ -103,21 +103,6 @@ def from_diagnosis(diagnosis: Any, lang: str = "en", max_items: int = 3) -> Mess
                    notes=notes, abstained=abstained)
 
 
-def from_ask(result: Any, max_items: int = 3) -> Message:
-    r = _dump(result)
-    lang = r.get("lang") or "en"
-    labels = LABELS.get(lang, LABELS["en"])
-    items = [Item(incident_id=str(x.get("id", "")), title=str(x.get("title", "")), category=str(x.get("category", "")),
-                  score=x.get("score"), evidence=[_clip(e) for e in (x.get("evidence") or [])[:MAX_EVIDENCE]],
-                  fix=_clip(x.get("fix") or ""), repro=str(x.get("repro") or ""),
-                  sources=[str(s) for s in (x.get("sources") or []) if str(s).startswith("http")][:3])
-             for x in (r.get("results") or [])[:max_items]]
-    abstained = bool(r.get("abstained")) or not items
-    notes = [_clip(r["reason"])] if r.get("reason") else []
-    return Message(heading=labels["nothing"] if abstained else labels["answer"], lang=lang, items=items,
-                   notes=notes, abstained=abstained)
-
-
 def help_message(lang: str = "en") -> Message:
     return Message(heading=LABELS[lang]["help_title"], lang=lang, notes=[HELP_TEXT[lang]])
 

@@ -173,11 +173,6 @@ def features(view: QueryView, label: str, nbrs: list[int], labels: Sequence[str]
     return np.array([f[k] for k in FEATURES], dtype=np.float64)
 
 
-def _logit(p: float) -> float:
-    p = min(max(p, 1e-3), 1 - 1e-3)
-    return math.log(p / (1 - p))
-
-
 def priors(labels: Sequence[str], all_labels: Sequence[str], smoothing: float = 1.0) -> dict[str, float]:
     """Log frequency of each label among the training cases, smoothed so that a mechanism the curated incidents
     know but few reports show is not ruled out by its rarity."""
