@@ -215,6 +215,11 @@ def fuzz_library(target: str, n: int, rng: random.Random, args, save: Path | Non
             counts[kind] += 1
             if latency > 1.0:
                 slow += 1
+                if save is not None and slow <= 50:
+                    save.mkdir(parents=True, exist_ok=True)
+                    (save / f"{target}-slow-{slow:03d}.json").write_text(json.dumps(
+                        {"target": target, "latency_s": round(latency, 3), "input": payload}, ensure_ascii=True),
+                        encoding="utf-8")
             if latency > max_latency:
                 max_latency, worst = latency, payload
             if kind in ("crash", "hang"):
@@ -511,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hang-s", type=float, default=10.0, help="an input taking longer than this is a hang")
     p.add_argument("--data-dir", help="a data dir with a built index (default: a temporary one, built first)")
     p.add_argument("--incidents-dir", default=str(REPO / "incidents"))
-    p.add_argument("--save-crashes", type=Path, help="write each distinct crashing / hanging input here")
+    p.add_argument("--save-crashes", type=Path, help="write each distinct crashing / hanging input, and up to 50 inputs over 1 s, here")
     p.add_argument("--json-out", type=Path, help="also write the report here")
     p.add_argument("--progress", action="store_true")
     p.add_argument("--slowloris", type=int, default=600, help="target slowloris: connections to hold (600)")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from kb.canonical import ERROR_PATTERNS, GPU_NAME, GPU_WITHOUT_BF16, canonical_package, is_loss_like
 from kb.facts.model import Facts
+from kb.facts.prefilter import Haystack
 
 # --- metric lines -----------------------------------------------------------------------------------------
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+)|[-+]?nan|[-+]?inf(?:inity)?"
@@ -185,8 +186,10 @@ def metric_facts(records: list[Record], facts: Facts, source: str) -> None:
 
 
 def error_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
+    hay = Haystack("\n".join(s for _, s in lines))
+    patterns = [(eid, pat) for eid, pat, _ in ERROR_PATTERNS if hay.may(pat)]
     for n, s in lines:
-        for eid, pat, _ in ERROR_PATTERNS:
+        for eid, pat in patterns:
             if pat.search(s):
                 facts.add("errors", eid, "log", n, s.strip(), source)
 

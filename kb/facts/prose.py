@@ -16,6 +16,7 @@ from kb.canonical import (
     is_loss_like,
 )
 from kb.facts.model import Facts
+from kb.facts.prefilter import Haystack
 
 # A clause that reports a dtype as working is the fix, not the failing run.
 _GOOD = re.compile(r"\b(?:correct|works?|worked|working|fine|ok|okay|normal|solved|fix(?:es|ed)?|no (?:nan|problem)|"
@@ -186,43 +187,51 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         if got:
             facts.set("model_family", got[0], "text", got[1], got[2], source)
     mentions_ds = re.search(r"deepspeed|zero", joined.text, re.IGNORECASE) is not None
+    # Each pattern below runs on every line: one substring test over the paste drops those that cannot match.
+    hay = Haystack(joined.text)
+    sp, zero, collapse, shift_attn, kl_k3, length_norm, lora, prose_metric, trajectory, metric_rev, lr_fix, \
+        loss_type, kto_words = (hay.gate(rx) for rx in (
+            _SP, _ZERO, _COLLAPSE, _SHIFT_ATTN, _KL_K3, _LENGTH_NORM, _LORA, _PROSE_METRIC, _TRAJECTORY,
+            _PROSE_METRIC_REV, _LR_FIX, _LOSS_TYPE, _KTO_WORDS))
+    attn = [(rx, impl) for rx, impl in _ATTN if hay.may(rx)]
+    symptoms = [(rx, sym) for rx, sym in _SYMPTOM if hay.may(rx)]
     for n, s in lines:
-        if _SP.search(s):
+        if sp.search(s):
             facts.set("sequence_parallel", True, "text", n, s, source)
-        m = _ZERO.search(s)
+        m = zero.search(s)
         if m and mentions_ds:
             facts.set("zero_stage", int(next(g for g in m.groups() if g)), "text", n, s, source)
-        for rx, impl in _ATTN:
+        for rx, impl in attn:
             if rx.search(s):
                 facts.set("attn_implementation", impl, "text", n, s, source)
                 break
-        if _COLLAPSE.search(s):
+        if collapse.search(s):
             facts.set("output_collapse", True, "text", n, s, source)
             facts.add("symptom", "collapse", "text", n, s, source)
-        if _SHIFT_ATTN.search(s):
+        if shift_attn.search(s):
             facts.set("shift_attn", True, "text", n, s, source)
-        m = _KL_K3.search(s)
+        m = kl_k3.search(s)
         if m:
             facts.set("kl_estimator", "k3", "text", n, s, source)
-        if _LENGTH_NORM.search(s):
+        if length_norm.search(s):
             facts.set("average_log_prob", True, "text", n, s, source)
-        if _LORA.search(s):
+        if lora.search(s):
             facts.set("use_peft", True, "text", n, s, source)
-        for m in _PROSE_METRIC.finditer(s):
+        for m in prose_metric.finditer(s):
             if not _GAP_OK.match(m.group("gap")):
                 continue
             _prose_metric(facts, m.group("m"), m.group("v"), n, s, source)
-        for m in _TRAJECTORY.finditer(s):
+        for m in trajectory.finditer(s):
             _prose_metric(facts, m.group("m"), m.group("v"), n, s, source)
-        for m in _PROSE_METRIC_REV.finditer(s):
+        for m in metric_rev.finditer(s):
             _prose_metric(facts, m.group("m"), m.group("v"), n, s, source)
-        if _LR_FIX.search(s):
+        if lr_fix.search(s):
             facts.add("fix_changes", "learning_rate=lower", "text", n, s, source)
-        for m in _LOSS_TYPE.finditer(s):
+        for m in loss_type.finditer(s):
             facts.set("loss_type", (m.group("a") or m.group("b")).lower(), "text", n, s, source)
-        if _KTO_WORDS.search(s) and "algorithm" not in facts:
+        if kto_words.search(s) and "algorithm" not in facts:
             facts.set("algorithm", "KTO", "text", n, s, source)
-        for rx, sym in _SYMPTOM:
+        for rx, sym in symptoms:
             if rx.search(s):
                 facts.add("symptom", sym, "text", n, s, source)
 

@@ -25,6 +25,7 @@ from kb.canonical import (
     spec,
 )
 from kb.facts.model import Facts
+from kb.facts.prefilter import Haystack
 
 
 @dataclass
@@ -216,13 +217,14 @@ _VERSION_KEY = {"pytorch": "torch_version", "torch": "torch_version", "deepspeed
 
 def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
     out: list[Finding] = []
+    hay = Haystack(text)  # each pattern scans the whole text: skip those whose literals are not in it
     if recommendation:
         for m in _PRECISION_SWITCH.finditer(text):
             out.append(Finding("precision", _DT_MAP.get(m.group(1), normalise_value("precision", m.group(1))),
                                _snippet(text, m.start(), m.end()), "prose", m.start()))
     else:
         for pat in _PRECISION_PROSE:
-            for m in pat.finditer(text):
+            for m in hay.gate(pat).finditer(text):
                 if _DISABLE.search(_clause_before(text, m.start())[-8:]):
                     continue
                 word = m.group(1)
@@ -232,16 +234,16 @@ def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
         if re.search(r"\.half\(\)", text):
             out.append(Finding("weights_dtype", "fp16", ".half()", "prose", text.find(".half()")))
     for pat in _ZERO:
-        for m in pat.finditer(text):
+        for m in hay.gate(pat).finditer(text):
             out.append(Finding("zero_stage", int(m.group(1)), _snippet(text, m.start(), m.end()), "prose", m.start()))
     if not recommendation:
-        for m in _NUM_GPUS.finditer(text):
+        for m in hay.gate(_NUM_GPUS).finditer(text):
             n = _NUMBER_WORDS.get(m.group(1).lower()) or int(m.group(1))
             if 1 <= n <= 1024:
                 out.append(Finding("num_gpus", n, _snippet(text, m.start(), m.end()), "prose", m.start()))
-        for m in GPU_NAME.finditer(text):
+        for m in hay.gate(GPU_NAME).finditer(text):
             out.append(Finding("gpu", m.group("gpu").replace(" ", ""), m.group(0), "prose", m.start()))
-        for m in _VERSION.finditer(text):
+        for m in hay.gate(_VERSION).finditer(text):
             name = re.sub(r"[\s_]+", "-", m.group(1).lower())
             key = _VERSION_KEY.get(name) or canonical_key(name)
             if key and (spec(key) and spec(key).kind == "version"):
