@@ -120,6 +120,20 @@ def _cjk_tokens(run: str) -> tuple[str, ...]:
 def tokenize(text: str, *, drop_stopwords: bool = True) -> list[str]:
     """Tokens for BM25: `max_prompt_length` -> [max_prompt_length, max, prompt, length]; `-100` stays whole;
     Chinese runs go through jieba with domain words; punctuation is dropped; everything lowercased."""
+    if len(text) <= _MEMO_CHARS:  # one diagnosis tokenizes its query for the incidents and again for the cases
+        return list(_tokenize_memo(text, drop_stopwords))
+    return _tokenize(text, drop_stopwords)
+
+
+_MEMO_CHARS = 8000
+
+
+@lru_cache(maxsize=64)
+def _tokenize_memo(text: str, drop_stopwords: bool) -> tuple[str, ...]:
+    return tuple(_tokenize(text, drop_stopwords))
+
+
+def _tokenize(text: str, drop_stopwords: bool) -> list[str]:
     tokens: list[str] = []
     # Keep negative numbers like -100 whole: a leading '-' directly before a digit belongs to the number.
     for m in re.finditer(r"-\d[\d.e+\-]*|" + _ASCII_RUN.pattern + r"|" + _CJK_RUN.pattern, text):
