@@ -12,6 +12,7 @@ from typing import Any
 
 from kb.canonical import normalise_value, parse_number, spec
 from kb.facts.model import Fact, Facts
+from kb.facts.prefilter import fold_cached, requirement, satisfied
 from kb.records import Condition, Trigger
 
 _VERSIONISH = re.compile(r"^v?\d+(?:\.\d+)+")
@@ -105,9 +106,11 @@ def check(cond: Condition, facts: Facts) -> tuple[bool, Fact | None]:
     elif op == "regex":
         text = " ".join(map(str, have)) if isinstance(have, list) else str(have)
         try:
-            ok = re.search(str(want), text, re.IGNORECASE) is not None
+            rx = re.compile(str(want), re.IGNORECASE)
         except re.error:
-            ok = False
+            rx = None
+        # Over a whole article (ingest's category cues) a substring test rules most patterns out first.
+        ok = rx is not None and satisfied(requirement(rx.pattern, rx.flags), fold_cached(text)) and rx.search(text) is not None
     if ok and isinstance(have, list) and op in ("eq", "in", "contains"):
         for el in have:
             e = facts.evidence_for(cond.fact, el)

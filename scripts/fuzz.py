@@ -148,6 +148,9 @@ def _worker(conn, data_dir: str, incidents_dir: str) -> None:
 
     kb = KnowledgeBase.open(data_dir=data_dir, incidents_dir=incidents_dir)
     kb.build_index()
+    # Load the embedding model, jieba and the case index now: a first input would otherwise pay seconds of start-up.
+    kb.diagnose(log="{'loss': nan}", question="loss nan 损失", config="bf16: true", k=1)
+    parse_document("# DPO loss nan\n\nThe DPO loss is nan from step 1 with fp16 on a V100.\n", name="warm.md")
     conn.send("ready")
     while True:
         msg = conn.recv()
@@ -180,6 +183,7 @@ class Worker:
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker, args=(child, *self.args), daemon=True)
         self.proc.start()
+        child.close()  # so a worker that dies reads as EOF here instead of a silent wait
         if not self.conn.poll(600) or self.conn.recv() != "ready":
             raise RuntimeError("fuzz worker did not start")
 
@@ -203,39 +207,65 @@ class Worker:
 
 
 def fuzz_library(target: str, n: int, rng: random.Random, args, save: Path | None) -> dict[str, Any]:
-    worker = Worker(args.data_dir, args.incidents_dir)
+    """`n` inputs from `rng`, spread over --jobs worker processes (the inputs do not depend on the job count)."""
     gen = gen_diagnose if target == "diagnose" else gen_ingest
     counts: Counter[str] = Counter()
     causes: Counter[str] = Counter()
-    slow, max_latency, worst = 0, 0.0, None
-    try:
-        for i in range(n):
-            payload = gen(rng, args.max_bytes)
-            (kind, exc, where), latency = worker.run(target, payload, args.hang_s)
-            counts[kind] += 1
-            if latency > 1.0:
-                slow += 1
-                if save is not None and slow <= 50:
-                    save.mkdir(parents=True, exist_ok=True)
-                    (save / f"{target}-slow-{slow:03d}.json").write_text(json.dumps(
-                        {"target": target, "latency_s": round(latency, 3), "input": payload}, ensure_ascii=True),
-                        encoding="utf-8")
-            if latency > max_latency:
-                max_latency, worst = latency, payload
-            if kind in ("crash", "hang"):
-                cause = f"{exc} at {where}" if kind == "crash" else "hang"
-                if save is not None and causes[cause] == 0:
-                    save.mkdir(parents=True, exist_ok=True)
-                    (save / f"{target}-{len(causes):03d}.json").write_text(json.dumps(
-                        {"target": target, "cause": cause, "input": payload}, ensure_ascii=True), encoding="utf-8")
-                causes[cause] += 1
-            if args.progress and (i + 1) % 1000 == 0:
-                print(f"{target}: {i + 1}/{n} {dict(counts)}", file=sys.stderr, flush=True)
-    finally:
-        worker.close()
+    sizes: list[int] = []
+    state = {"slow": 0, "max": 0.0, "worst": None, "done": 0}
+    lock = threading.Lock()
+    feed = ((i, gen(rng, args.max_bytes)) for i in range(n))
+
+    def record(payload: dict, kind: str, exc: str, where: str, latency: float) -> None:
+        counts[kind] += 1
+        sizes.append(sum(len(v.encode("utf-8", "surrogatepass")) for v in payload.values()))
+        if latency > 1.0:
+            state["slow"] += 1
+            if save is not None and state["slow"] <= 50:
+                save.mkdir(parents=True, exist_ok=True)
+                (save / f"{target}-slow-{state['slow']:03d}.json").write_text(json.dumps(
+                    {"target": target, "latency_s": round(latency, 3), "input": payload}, ensure_ascii=True),
+                    encoding="utf-8")
+        if latency > state["max"]:
+            state["max"], state["worst"] = latency, payload
+        if kind in ("crash", "hang"):
+            cause = f"{exc} at {where}" if kind == "crash" else "hang"
+            if save is not None and causes[cause] == 0:
+                save.mkdir(parents=True, exist_ok=True)
+                (save / f"{target}-{len(causes):03d}.json").write_text(json.dumps(
+                    {"target": target, "cause": cause, "input": payload}, ensure_ascii=True), encoding="utf-8")
+            causes[cause] += 1
+        state["done"] += 1
+        if args.progress and state["done"] % 1000 == 0:
+            print(f"{target}: {state['done']}/{n} {dict(counts)} over 1 s: {state['slow']}", file=sys.stderr,
+                  flush=True)
+
+    def drive() -> None:
+        worker = Worker(args.data_dir, args.incidents_dir)
+        try:
+            while True:
+                with lock:
+                    item = next(feed, None)  # generation stays in one thread: the inputs depend on the seed only
+                if item is None:
+                    return
+                payload = item[1]
+                (kind, exc, where), latency = worker.run(target, payload, args.hang_s)
+                with lock:
+                    record(payload, kind, exc, where, latency)
+        finally:
+            worker.close()
+
+    threads = [threading.Thread(target=drive) for _ in range(max(1, args.jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    sizes.sort()
+    worst = state["worst"]
     return {"inputs": n, "ok": counts["ok"], "kb_errors": counts["kberror"], "crashes": counts["crash"],
-            "hangs": counts["hang"], "distinct_causes": dict(causes), "over_1s": slow,
-            "max_latency_s": round(max_latency, 3),
+            "hangs": counts["hang"], "distinct_causes": dict(causes), "over_1s": state["slow"],
+            "max_latency_s": round(state["max"], 3),
+            "input_bytes": {"median": sizes[len(sizes) // 2] if sizes else 0, "max": sizes[-1] if sizes else 0},
             "slowest_input": None if worst is None else {k: v[:200] for k, v in worst.items()}}
 
 
@@ -519,6 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save-crashes", type=Path, help="write each distinct crashing / hanging input, and up to 50 inputs over 1 s, here")
     p.add_argument("--json-out", type=Path, help="also write the report here")
     p.add_argument("--progress", action="store_true")
+    p.add_argument("--jobs", type=int, default=1, help="library targets: worker processes run at once (default 1)")
     p.add_argument("--slowloris", type=int, default=600, help="target slowloris: connections to hold (600)")
     p.add_argument("--overload", default="8,64", help="target overload: concurrent clients per round (8,64)")
     args = p.parse_args(argv)

@@ -14,9 +14,9 @@ from re import _constants as sre_c  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
 from typing import Any
 
-# The only characters that re.IGNORECASE matches to an ASCII letter but str.lower() does not map to it
-# (found by trying every code point; tests/test_prefilter.py re-checks the table).
-_FOLD_EXTRA = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s"})
+# The only characters that re.IGNORECASE matches to an ASCII letter but str.lower() does not map to it alone
+# (U+0130 lowers to "i" plus a combining dot); tests/test_prefilter.py re-checks the table.
+_FOLD_EXTRA = (("\u0130", "i"), ("\u0131", "i"), ("\u017f", "s"))
 _MIN_LITERAL = 3
 _REPEATS = (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT, getattr(sre_c, "POSSESSIVE_REPEAT", sre_c.MAX_REPEAT))
 
@@ -25,7 +25,14 @@ Requirement = tuple[tuple[str, ...], ...]  # every tuple must have one of its st
 
 def fold(text: str) -> str:
     """Case-fold the way the prefilter compares."""
-    return text.translate(_FOLD_EXTRA).lower()
+    for ch, ascii_ in _FOLD_EXTRA:
+        if ch in text:
+            text = text.replace(ch, ascii_)
+    return text.lower()
+
+
+# For texts that many patterns are asked about in turn (an article against every category cue).
+fold_cached = functools.lru_cache(maxsize=8)(fold)
 
 
 def _best(conj: list[tuple[str, ...]]) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ from kb.canonical import (
     MODEL_NAMES_NEED_VERSION,
     canonical_algorithm,
 )
+from kb.facts.prefilter import Haystack
 
 _ASCII_WORD = "A-Za-z0-9_"
 
@@ -67,7 +68,8 @@ _FRAMEWORK_COMMANDS = (
 
 
 def _mentions(text: str, pats: list[tuple[str, re.Pattern[str]]]) -> list[tuple[int, str]]:
-    hits = [(m.start(), name) for name, p in pats for m in p.finditer(text)]
+    hay = Haystack(text)  # one substring test per name instead of a case-insensitive scan of the whole text
+    hits = [(m.start(), name) for name, p in pats for m in hay.gate(p).finditer(text)]
     return sorted(hits)
 
 
