@@ -43,6 +43,8 @@ def _warm(app: FastAPI) -> None:
         kb = app.state.kb
         kb.build_index()
         kb.embedder.encode(["warm up"], query=True)
+        # One small diagnosis loads the rest a first request would wait for: jieba, the case index, the ranker.
+        kb.diagnose(log="{'loss': nan, 'grad_norm': nan}", question="DPO 损失 nan", k=1)
         log.info("knowledge base ready: %d records", len(kb.records))
     except Exception as e:
         log.exception("warm-up failed")

@@ -359,6 +359,7 @@ def fuzz_api(n: int, rng: random.Random, args) -> dict[str, Any]:
     log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)  # noqa: SIM115 - read after the server ends
     statuses: Counter[str] = Counter()
     lat: list[float] = []
+    slow: list[dict[str, Any]] = []
     health: list[float] = []
     stop = threading.Event()
     lock = threading.Lock()
@@ -397,13 +398,17 @@ def fuzz_api(n: int, rng: random.Random, args) -> dict[str, Any]:
                         key = "timeout"
                     except (httpx.HTTPError, httpx.InvalidURL) as e:
                         key = f"transport:{type(e).__name__}"
+                    took = time.perf_counter() - t0
                     with lock:
                         statuses[key] += 1
-                        lat.append(time.perf_counter() - t0)
+                        lat.append(took)
+                        if took > 1.0:
+                            slow.append({"path": req["path"], "bytes": len(req["body"]), "status": key,
+                                         "latency_s": round(took, 3)})
 
         prober = threading.Thread(target=probe, daemon=True)
         prober.start()
-        threads = [threading.Thread(target=client) for _ in range(4)]
+        threads = [threading.Thread(target=client) for _ in range(max(1, args.clients))]
         for t in threads:
             t.start()
         for t in threads:
@@ -429,7 +434,8 @@ def fuzz_api(n: int, rng: random.Random, args) -> dict[str, Any]:
             "p99_latency_s": round(lat[int(len(lat) * 0.99)], 3) if lat else 0.0,
             "healthz_max_ms": round(max(health, default=0.0) * 1000, 1),
             "healthz_p99_ms": round(sorted(health)[int(len(health) * 0.99)] * 1000, 1) if health else 0.0,
-            "server_tracebacks": server_log.count("Traceback"), "server_errors": dict(errors)}
+            "server_tracebacks": server_log.count("Traceback"), "server_errors": dict(errors),
+            "slow_requests": sorted(slow, key=lambda r: -r["latency_s"])[:20]}
 
 
 def slowloris(n: int, args) -> dict[str, Any]:
@@ -549,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save-crashes", type=Path, help="write each distinct crashing / hanging input, and up to 50 inputs over 1 s, here")
     p.add_argument("--json-out", type=Path, help="also write the report here")
     p.add_argument("--progress", action="store_true")
+    p.add_argument("--clients", type=int, default=4, help="target api: concurrent client threads (default 4)")
     p.add_argument("--jobs", type=int, default=1, help="library targets: worker processes run at once (default 1)")
     p.add_argument("--slowloris", type=int, default=600, help="target slowloris: connections to hold (600)")
     p.add_argument("--overload", default="8,64", help="target overload: concurrent clients per round (8,64)")
