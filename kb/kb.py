@@ -19,6 +19,7 @@ from kb.documents import load_incidents
 from kb.embed import get_embedder, model_name_from_env
 from kb.errors import InputError, NotFound
 from kb.facts.boundary import check_text
+from kb.facts.masking import distinct_lines
 from kb.index import bundle as index_bundle
 from kb.index import fusion
 from kb.records import Incident
@@ -280,8 +281,8 @@ class KnowledgeBase:
 
     def embed_query(self, text: str) -> np.ndarray:
         """The query's vector, cached for the last few queries (diagnosis embeds the same text for incidents and
-        cases)."""
-        key = text[:4000]
+        cases). A multi-line paste is embedded with each line shape once (kb.facts.masking.distinct_lines)."""
+        key = distinct_lines(text, 4000) if "\n" in text else text[:4000]
         with self._lock:
             v = self._query_vectors.get(key)
         if v is None:

@@ -88,10 +88,28 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 600) -> None:
     raise SystemExit("server not ready in time")
 
 
-def wrk(url: str, path: str, body: str, ctype: str, clients: int, duration: int, tmp: Path) -> dict:
+# Each request's body made distinct (a run id in the paste, a number in the question), so no cache inside kb
+# (the query-vector cache, the tokenizer memo) answers a repeat: every request pays the full work.
+DISTINCT_LUA = """
+local n = 0
+function init(args)
+  math.randomseed(os.time() + tonumber(tostring({}):match("0x(%x+)") or "1", 16) % 100000)
+  prefix = tostring(math.random(1, 1000000000))
+end
+request = function()
+  n = n + 1
+  local body = string.gsub(wrk.body, "@@ID@@", prefix .. "-" .. n)
+  return wrk.format(nil, nil, nil, body)
+end
+"""
+
+
+def wrk(url: str, path: str, body: str, ctype: str, clients: int, duration: int, tmp: Path,
+        distinct: bool = True) -> dict:
     script = tmp / "post.lua"
     script.write_text(f"wrk.method = 'POST'\nwrk.headers['Content-Type'] = '{ctype}'\n"
-                      f"wrk.body = {json.dumps(body)}\n", encoding="utf-8")
+                      f"wrk.body = {json.dumps(body)}\n" + (DISTINCT_LUA if distinct and "@@ID@@" in body else ""),
+                      encoding="utf-8")
     cmd = ["wrk", f"-t{min(clients, 2)}", f"-c{clients}", f"-d{duration}s", "--timeout", "30s", "--latency",
            "-s", str(script), url + path]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
@@ -111,7 +129,7 @@ def wrk(url: str, path: str, body: str, ctype: str, clients: int, duration: int,
             "socket_errors": errors.group(0) if errors else ""}
 
 
-def run_one(workers: int, duration: int, clients: list[int], data_dir: str | None) -> dict:
+def run_one(workers: int, duration: int, clients: list[int], data_dir: str | None, distinct: bool = True) -> dict:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     tmp = Path(tempfile.mkdtemp(prefix="kb-bench-server-"))
@@ -128,13 +146,14 @@ def run_one(workers: int, duration: int, clients: list[int], data_dir: str | Non
         wait_ready(url, proc)
         result["memory_idle"] = memory_mb(proc.pid)
         log = log_3kb()
-        cases = [("/v1/ask", json.dumps({"question": "DPO NLL loss nan"}), "application/json"),
-                 ("/v1/diagnose", log, "text/plain")]
+        cases = [("/v1/ask", json.dumps({"question": "DPO NLL loss nan in run @@ID@@"}), "application/json"),
+                 ("/v1/diagnose", "run @@ID@@\n" + log, "text/plain")]
         for path, body, ctype in cases:
-            wrk(url, path, body, ctype, 2, 2, tmp)  # warm-up: first requests pay lazy loads
+            wrk(url, path, body, ctype, 2, 2, tmp, distinct)  # warm-up: first requests pay lazy loads
             for c in clients:
-                cell = wrk(url, path, body, ctype, c, duration, tmp)
+                cell = wrk(url, path, body, ctype, c, duration, tmp, distinct)
                 cell["endpoint"] = path
+                cell["distinct_bodies"] = distinct
                 cell["memory"] = memory_mb(proc.pid)
                 result["cells"].append(cell)
                 print(json.dumps(cell), flush=True)
@@ -156,6 +175,8 @@ def main() -> int:
     ap.add_argument("--duration", type=int, default=15, help="seconds per cell")
     ap.add_argument("--data-dir", help="reuse a data dir with a built index (default: a fresh temp one)")
     ap.add_argument("--json-out")
+    ap.add_argument("--repeat-bodies", action="store_true",
+                    help="send one identical body per endpoint (caches answer repeats) instead of distinct ones")
     a = ap.parse_args()
     if not shutil.which("wrk"):
         print("wrk not found: apt-get install -y wrk", file=sys.stderr)
@@ -163,7 +184,7 @@ def main() -> int:
     out = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="minutes"), "cpus": os.cpu_count(),
            "load_avg_before": os.getloadavg(), "runs": []}
     for w in a.workers:
-        out["runs"].append(run_one(w, a.duration, a.clients, a.data_dir))
+        out["runs"].append(run_one(w, a.duration, a.clients, a.data_dir, distinct=not a.repeat_bodies))
     out["load_avg_after"] = os.getloadavg()
     print("\n| workers | endpoint | clients | p50 ms | p99 ms | req/s | non-2xx | RSS MB | PSS MB |")
     print("|---|---|---|---|---|---|---|---|---|")

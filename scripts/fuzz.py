@@ -206,21 +206,25 @@ class Worker:
             self.proc.kill()
 
 
-def fuzz_library(target: str, n: int, rng: random.Random, args, save: Path | None) -> dict[str, Any]:
-    """`n` inputs from `rng`, spread over --jobs worker processes (the inputs do not depend on the job count)."""
+def fuzz_library(target: str, n: int, rng: random.Random, args, save: Path | None,
+                 only: set[int] | None = None) -> dict[str, Any]:
+    """`n` inputs from `rng`, spread over --jobs worker processes (the inputs do not depend on the job count).
+    `only`: run just these input numbers (the same inputs, regenerated from the seed) and skip the rest."""
     gen = gen_diagnose if target == "diagnose" else gen_ingest
     counts: Counter[str] = Counter()
     causes: Counter[str] = Counter()
     sizes: list[int] = []
+    slow_at: list[int] = []
     state = {"slow": 0, "max": 0.0, "worst": None, "done": 0}
     lock = threading.Lock()
-    feed = ((i, gen(rng, args.max_bytes)) for i in range(n))
+    feed = ((i, p) for i, p in ((i, gen(rng, args.max_bytes)) for i in range(n)) if only is None or i in only)
 
-    def record(payload: dict, kind: str, exc: str, where: str, latency: float) -> None:
+    def record(i: int, payload: dict, kind: str, exc: str, where: str, latency: float) -> None:
         counts[kind] += 1
         sizes.append(sum(len(v.encode("utf-8", "surrogatepass")) for v in payload.values()))
         if latency > 1.0:
             state["slow"] += 1
+            slow_at.append(i)
             if save is not None and state["slow"] <= 50:
                 save.mkdir(parents=True, exist_ok=True)
                 (save / f"{target}-slow-{state['slow']:03d}.json").write_text(json.dumps(
@@ -248,10 +252,10 @@ def fuzz_library(target: str, n: int, rng: random.Random, args, save: Path | Non
                     item = next(feed, None)  # generation stays in one thread: the inputs depend on the seed only
                 if item is None:
                     return
-                payload = item[1]
+                i, payload = item
                 (kind, exc, where), latency = worker.run(target, payload, args.hang_s)
                 with lock:
-                    record(payload, kind, exc, where, latency)
+                    record(i, payload, kind, exc, where, latency)
         finally:
             worker.close()
 
@@ -262,8 +266,9 @@ def fuzz_library(target: str, n: int, rng: random.Random, args, save: Path | Non
         t.join()
     sizes.sort()
     worst = state["worst"]
-    return {"inputs": n, "ok": counts["ok"], "kb_errors": counts["kberror"], "crashes": counts["crash"],
-            "hangs": counts["hang"], "distinct_causes": dict(causes), "over_1s": state["slow"],
+    return {"inputs": n if only is None else len(only), "ok": counts["ok"], "kb_errors": counts["kberror"],
+            "crashes": counts["crash"], "hangs": counts["hang"], "distinct_causes": dict(causes),
+            "over_1s": state["slow"], "over_1s_inputs": sorted(slow_at),
             "max_latency_s": round(state["max"], 3),
             "input_bytes": {"median": sizes[len(sizes) // 2] if sizes else 0, "max": sizes[-1] if sizes else 0},
             "slowest_input": None if worst is None else {k: v[:200] for k, v in worst.items()}}
@@ -555,6 +560,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--save-crashes", type=Path, help="write each distinct crashing / hanging input, and up to 50 inputs over 1 s, here")
     p.add_argument("--json-out", type=Path, help="also write the report here")
     p.add_argument("--progress", action="store_true")
+    p.add_argument("--retime", type=Path, help="library targets: a report of an earlier run with the same --seed and "
+                   "--n; run again, alone, only its inputs that took over 1 s (were they slow, or the machine busy?)")
     p.add_argument("--clients", type=int, default=4, help="target api: concurrent client threads (default 4)")
     p.add_argument("--jobs", type=int, default=1, help="library targets: worker processes run at once (default 1)")
     p.add_argument("--slowloris", type=int, default=600, help="target slowloris: connections to hold (600)")
@@ -580,7 +587,10 @@ def main(argv: list[str] | None = None) -> int:
         rng = random.Random(f"{args.seed}-{target}")
         started = time.time()
         if target in ("diagnose", "ingest"):
-            report[target] = fuzz_library(target, args.n, rng, args, args.save_crashes)
+            only = None
+            if args.retime:
+                only = set(json.loads(args.retime.read_text(encoding="utf-8"))[target]["over_1s_inputs"])
+            report[target] = fuzz_library(target, args.n, rng, args, args.save_crashes, only)
         elif target == "api":
             report[target] = fuzz_api(args.n, rng, args)
         elif target == "slowloris":

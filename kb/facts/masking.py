@@ -32,3 +32,27 @@ def template_regex(text: str) -> re.Pattern[str]:
     wild = {"<NUM>": r"\S+", "<PATH>": r"\S+", "<HEX>": r"\S+", "<TS>": r"\S+(?: \S+)?", "[rank<*>]:": r"(?:\[rank\s*\d+\]:?)?"}
     rx = "".join(wild.get(p, re.escape(p).replace(r"\ ", r"\s+")) for p in parts)
     return re.compile(rx, re.IGNORECASE)
+
+
+def distinct_lines(text: str, limit: int = 4000) -> str:
+    """The text with each masked line shape kept once (its first line), in order, cut at `limit` characters.
+
+    What the embedding model needs of a paste: 45 metric lines of the same shape say what one of them says, and
+    mean-pooling over them drowns the command line and the error. Lines whose shape differs (a `nan` where there
+    were numbers) stay."""
+    seen: set[str] = set()
+    out: list[str] = []
+    size = 0
+    for line in text.splitlines():
+        s = line.strip()
+        if not s:
+            continue
+        shape = mask_line(s[:500])
+        if shape in seen:
+            continue
+        seen.add(shape)
+        out.append(s)
+        size += len(s) + 1
+        if size >= limit:
+            break
+    return "\n".join(out)[:limit]
