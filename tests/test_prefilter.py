@@ -100,3 +100,32 @@ def test_haystack_gate_stands_in_for_a_pattern_that_cannot_match() -> None:
     gated = hay.gate(rx)
     assert gated is not rx and gated.search("loss: nan") is None and list(gated.finditer("loss=nan")) == []
     assert Haystack("Loss = NaN").gate(rx) is rx
+
+
+def test_truncated_json_closers_in_one_pass_match_the_per_cut_definition() -> None:
+    """kb.facts.configs reads a cut-off JSON paste; the brackets owed at every cut point come from one pass."""
+    import random
+
+    from kb.facts.configs import _closers_at
+
+    def owed(body: str) -> str:  # the definition: scan the prefix
+        stack: list[str] = []
+        in_str = esc = False
+        for ch in body:
+            if in_str:
+                esc, in_str = (False, in_str) if esc else (ch == "\\", ch != '"')
+                continue
+            if ch == '"':
+                in_str = True
+            elif ch in "{[":
+                stack.append("}" if ch == "{" else "]")
+            elif ch in "}]" and stack:
+                stack.pop()
+        return "" if in_str else "".join(reversed(stack))
+
+    rnd = random.Random(0)
+    for _ in range(2000):
+        t = "".join(rnd.choice('{}[]"\\a,: ') for _ in range(rnd.randint(0, 50)))
+        cuts = sorted({rnd.randint(0, len(t)) for _ in range(6)})
+        got = _closers_at(t, cuts)
+        assert all(got[c] == owed(t[:c]) for c in cuts), t

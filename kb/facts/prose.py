@@ -26,6 +26,8 @@ _INFERENCE = re.compile(r"inference|推理|generat(?:e|ion) only", re.IGNORECASE
 _MODEL_HALF = re.compile(r"model\s+(?:in|to|with|as)\s+(?:fp16|float16|half)|(?:fp16|float16|half)[- ](?:precision )?"
                          r"(?:model|weights)|(?:load\w*|cast\w*)\s+(?:the )?(?:model|weights)\s+(?:in|to|as)\s+"
                          r"(?:fp16|float16|half)|模型.{0,6}(?:fp16|半精度|float16)|\.half\(\)", re.IGNORECASE)
+_SETTING_AFTER = re.compile(r"[\"']?\s*[:=]")
+_SETTING_BEFORE = re.compile(r"(?:--|[=.\"'])$")
 _CLAUSE = re.compile(r"[^.。;；!?！？\n]+(?:[.。;；!?！？]|$)")
 _SP = re.compile(r"sequence[ _-]parallel|序列并行|ring[ _-]?attn|ring[ _-]attention|ulysses|context[ _-]parallel",
                  re.IGNORECASE)
@@ -105,12 +107,16 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
     for n, s in lines:
         for cm in _CLAUSE.finditer(s):
             clause = cm.group(0)
+            clause_good: bool | None = None  # searched once per clause, not once per dtype word in it
             for m in DTYPE_WORD.finditer(clause):
                 # `"fp16": {...}`, `--fp16`, `fp16=True` are settings, read by kb.facts.configs.
-                if re.match(r"[\"']?\s*[:=]", clause[m.end():]) or re.search(r"(?:--|[=.\"'])$", clause[:m.start()]):
+                before = clause[max(0, m.start() - 40): m.start()]  # bounded: a slice per match, not the prefix
+                if _SETTING_AFTER.match(clause, m.end()) or _SETTING_BEFORE.search(before[-2:]):
                     continue
                 d = DTYPE_OF_WORD[m.group(1).lower()]
-                good = bool(_GOOD.search(clause)) or bool(FIX_CUE.search(clause[: m.start()][-40:]))
+                if clause_good is None:
+                    clause_good = bool(_GOOD.search(clause))
+                good = clause_good or bool(FIX_CUE.search(before))
                 if good and d in ("bf16", "fp32"):
                     facts.set("working_dtype", d, "text", n, clause, source)
                 elif d == "fp16" and _INFERENCE.search(clause) and good:
@@ -118,7 +124,7 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                 elif not good or d == "fp16":
                     facts.set("precision", d, "text", n, clause, source)
             m = _MODEL_HALF.search(clause)
-            if m and not FIX_CUE.search(clause[: m.start()][-40:]):
+            if m and not FIX_CUE.search(clause[max(0, m.start() - 40): m.start()]):
                 facts.set("weights_dtype", "fp16", "text", n, clause, source)
 
 
