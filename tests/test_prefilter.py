@@ -129,3 +129,32 @@ def test_truncated_json_closers_in_one_pass_match_the_per_cut_definition() -> No
         cuts = sorted({rnd.randint(0, len(t)) for _ in range(6)})
         got = _closers_at(t, cuts)
         assert all(got[c] == owed(t[:c]) for c in cuts), t
+
+
+def test_signature_search_finds_the_same_first_line_as_a_line_by_line_scan() -> None:
+    """MaskedLines searches the joined paste (one regex scan, not one per line); the answer must be the line a
+    plain scan of each raw and masked line finds first, for every signature and error template."""
+    from kb.diagnose.signatures import MaskedLines, _error_template, compiled
+    from kb.documents import load_incidents
+
+    incidents, _ = load_incidents(REPO / "incidents")
+    rxs = [compiled(sig.pattern) for inc in incidents for sig in inc.symptoms.signatures]
+    rxs += [(_error_template(e)[0], None, False) for inc in incidents for e in inc.symptoms.errors if len(e) >= 12]
+    pastes = [p.read_text(encoding="utf-8") for p in sorted(REPO.glob("incidents/*/incident.md"))[::3]]
+    pastes += [p.read_text(encoding="utf-8") for p in sorted(REPO.glob("cases/*.yaml"))[::10]]
+    pastes.append("loss: 0.5\n\n  \nloss\n: nan\nLOSS = NAN\nstep 1 loss: nan\n")  # matches that span lines
+    compared = found = 0
+    for text in pastes:
+        lines = [("log", n, s) for n, s in enumerate(text.splitlines(), 1)]
+        ml = MaskedLines(lines)
+        for item in rxs:
+            rx, need = item[0], item[1]
+            if rx is None:
+                continue
+            masked_too = len(item) == 2
+            want = next((i for i, (_, _, s) in enumerate(lines)
+                         if rx.search(s) or (masked_too and rx.search(ml.masked[i]))), None)
+            assert ml.search(rx, masked_too=masked_too, need=need) == want, (rx.pattern, text[:80])
+            compared += 1
+            found += want is not None
+    assert compared > 1000 and found > 50

@@ -6,6 +6,8 @@ import bisect
 import functools
 import re
 from dataclasses import dataclass
+from re import _constants as sre_c  # type: ignore[attr-defined]
+from re import _parser as sre_parse  # type: ignore[attr-defined]
 
 from kb.facts.masking import mask_line, template_regex
 from kb.facts.prefilter import Requirement, fold, requirement, satisfied
@@ -18,10 +20,6 @@ class SignatureHit:
     line: int
     text: str
     source: str
-
-
-# Past this many lines a signature is searched once over the joined text instead of line by line.
-_JOINED_ABOVE = 2000
 
 
 @functools.lru_cache(maxsize=4096)
@@ -51,7 +49,7 @@ class MaskedLines:
         self.lines = lines
         self.masked = [mask_line(s) for _, _, s in lines]
         self._folded: tuple[list[str], list[str], str] | None = None
-        self._joined: tuple[str, str, list[int]] | None = None
+        self._joined: tuple[str, list[int], str, list[int]] | None = None
         self._memo: dict[tuple[str, bool], int | None] = {}
 
     def folded(self) -> tuple[list[str], list[str], str]:
@@ -61,14 +59,10 @@ class MaskedLines:
             self._folded = (raw, masked, "\n".join(raw) + "\n" + "\n".join(masked))
         return self._folded
 
-    def joined(self) -> tuple[str, str, list[int]]:
+    def joined(self) -> tuple[str, list[int], str, list[int]]:
+        """The raw lines joined by newlines with each line's start, and the same for the masked lines."""
         if self._joined is None:
-            raw = "\n".join(s for _, _, s in self.lines)
-            starts, pos = [], 0
-            for _, _, s in self.lines:
-                starts.append(pos)
-                pos += len(s) + 1
-            self._joined = (raw, "\n".join(self.masked), starts)
+            self._joined = (*_join([s for _, _, s in self.lines]), *_join(self.masked))
         return self._joined
 
     def search(self, rx: re.Pattern[str], masked_too: bool = True, need: Requirement | None = None) -> int | None:
@@ -83,25 +77,87 @@ class MaskedLines:
             raw_f, masked_f, everything = self.folded()
             if not satisfied(need, everything):
                 return None
-        if len(self.lines) <= _JOINED_ABOVE:
-            for i, (_, _, s) in enumerate(self.lines):
-                if need is not None and not (satisfied(need, raw_f[i]) or (masked_too and satisfied(need, masked_f[i]))):
-                    continue
-                if rx.search(s) or (masked_too and rx.search(self.masked[i])):
-                    return i
+        if _joined_search_exact(rx.pattern, rx.flags):
+            raw, raw_starts, masked, masked_starts = self.joined()
+            first = _first_line(rx, raw, raw_starts, [s for _, _, s in self.lines])
+            if masked_too:
+                m = _first_line(rx, masked, masked_starts, self.masked, stop=first)
+                first = m if first is None or (m is not None and m < first) else first
+            return first
+        for i, (_, _, s) in enumerate(self.lines):
+            if need is not None and not (satisfied(need, raw_f[i]) or (masked_too and satisfied(need, masked_f[i]))):
+                continue
+            if rx.search(s) or (masked_too and rx.search(self.masked[i])):
+                return i
+        return None
+
+
+def _join(lines: list[str]) -> tuple[str, list[int]]:
+    starts, pos = [], 0
+    for s in lines:
+        starts.append(pos)
+        pos += len(s) + 1
+    return "\n".join(lines), starts
+
+
+def _first_line(rx: re.Pattern[str], joined: str, starts: list[int], lines: list[str],
+                stop: int | None = None) -> int | None:
+    """The first line (before `stop`) that `rx` matches on its own, found by searching the joined text.
+
+    A match in the joined text that spans lines is checked against its first line alone; if that line does not
+    match by itself, the search goes on from the next line."""
+    pos = 0
+    while pos <= len(joined):
+        m = rx.search(joined, pos)
+        if m is None:
             return None
-        raw, masked, starts = self.joined()
-        best = None
-        m = rx.search(raw)
-        if m:
-            best = bisect.bisect_right(starts, m.start()) - 1
-        if masked_too:
-            m = rx.search(masked)
-            if m:
-                # Masked lines have other lengths: find the line by counting newlines before the match.
-                i = masked.count("\n", 0, m.start())
-                best = i if best is None else min(best, i)
-        return best
+        i = bisect.bisect_right(starts, m.start()) - 1
+        if stop is not None and i >= stop:
+            return None
+        if rx.search(lines[i]):
+            return i
+        if i + 1 >= len(starts):
+            return None
+        pos = starts[i + 1]
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _joined_search_exact(pattern: str, flags: int) -> bool:
+    """Whether every line that matches `pattern` on its own also yields a match in the joined text at or before it.
+
+    True unless the pattern has a negative lookaround (it may see the next line in the joined text) or an anchor
+    that means the string's start or end (`\\A`, `\\Z`, or `^`/`$` without MULTILINE). Matches that the joined
+    text adds across lines are checked line by line, so they cost time, never correctness."""
+    try:
+        tree = sre_parse.parse(pattern, flags)
+    except (re.error, RecursionError, OverflowError):
+        return False
+    multiline = bool(flags & re.MULTILINE)
+    string_anchors = {sre_c.AT_BEGINNING_STRING, sre_c.AT_END_STRING}
+    if not multiline:
+        string_anchors |= {sre_c.AT_BEGINNING, sre_c.AT_END}
+
+    def ok(items) -> bool:
+        for op, av in items:
+            if op is sre_c.ASSERT_NOT or (op is sre_c.AT and av in string_anchors):
+                return False
+            if op is sre_c.SUBPATTERN and not ok(av[-1]):
+                return False
+            if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT, getattr(sre_c, "POSSESSIVE_REPEAT", None)) \
+                    and not ok(av[2]):
+                return False
+            if op is sre_c.BRANCH and not all(ok(b) for b in av[1]):
+                return False
+            if op is sre_c.ASSERT and not ok(av[1]):
+                return False
+            if op is getattr(sre_c, "ATOMIC_GROUP", None) and not ok(av):
+                return False
+            if op is sre_c.GROUPREF_EXISTS:
+                return False
+        return True
+
+    return ok(tree)
 
 
 def match_signatures(inc: Incident, lines: list[tuple[str, int, str]] | MaskedLines) -> list[SignatureHit]:
