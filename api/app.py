@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -61,6 +62,7 @@ def create_app(settings: Settings | None = None, kb=None, repro_runner: Runner |
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        sys.setswitchinterval(settings.gil_switch_ms / 1000)
         app.state.http = httpx.AsyncClient(timeout=settings.chatops_timeout_s, follow_redirects=False)
         recovered = app.state.jobs.recover()
         if recovered:

@@ -9,8 +9,10 @@ with hostile values (nan, inf, 1e309, huge integers), deep JSON / YAML nesting, 
 surrogates, NUL bytes and mixed encodings, each at most --max-bytes. Library targets run in a worker process that
 is killed and restarted when one input takes longer than --hang-s (a hang); the API target runs `kb serve` in its
 own process on 127.0.0.1, sends the inputs from 4 client threads and polls /healthz every 100 ms meanwhile.
-Two more targets measure the server rather than fuzz it: `slowloris` holds --slowloris connections that never
-finish their headers, `overload` sends --overload clients' diagnoses at once and samples the server's memory.
+Three more targets measure the server rather than fuzz it: `slowloris` holds --slowloris connections that never
+finish their headers, `overload` sends --overload clients' diagnoses at once and samples the server's memory, and
+`worst` keeps --worst-clients clients posting the hardest pastes found (worst_inputs) while timing /healthz.
+`--retime REPORT` runs again, alone, the library inputs that an earlier report lists as over 1 s.
 
 Prints one JSON report: per target the inputs run, crashes (exceptions other than kb.errors.KBError) and their
 distinct causes (type and kb/ source line), hangs, inputs over 1 s, max latency, and for the API the status
@@ -546,6 +548,91 @@ def overload(clients: list[int], args) -> dict[str, Any]:
     return out
 
 
+def worst_inputs(max_bytes: int = 100_000) -> dict[str, str]:
+    """Hand-built pastes just under --max-bytes that made the library work hardest (kept from the search for them):
+    lines where every pattern finds its literals, thousands of metric records, old backtracking shapes."""
+    rnd = random.Random(0)
+    words = ["fp16", "bf16", "deepspeed", "zero3", "loss", "nan", "grad_norm", "inf", "lora", "dpo", "kto", "grpo",
+             "sequence_parallel", "flash_attn", "sdpa", "学习率", "损失", "梯度", "溢出", "V100", "A100", "8", "GPUs",
+             "torch==2.1.0", "transformers==4.40.0"]
+    keys = ["fp16", "bf16", "learning_rate", "zero_stage", "max_length", "beta"]
+    out = {
+        "keyword lines": "\n".join(" ".join(rnd.choice(words) for _ in range(8)) for _ in range(2500)),
+        "metric records": "\n".join(f"{{'loss': {'nan' if i % 7 == 0 else 0.69}, 'grad_norm': nan, 'learning_rate': "
+                                     f"5e-06, 'rewards/chosen': nan, 'epoch': {i / 100}}}" for i in range(1200)),
+        "config lines": "\n".join(f"{rnd.choice(keys)}: {rnd.choice(['true', 'nan', '1e-5', '3', '2048'])}"
+                                   for _ in range(9000)),
+        "tracebacks": ("Traceback (most recent call last):\n  File \"/a/b.py\", line 3, in f\nRuntimeError: "
+                       "probability tensor contains either `inf`, `nan` or element < 0\n") * 800,
+        "backtracking": ("a: " + " " * 3000 + "x" + " " * 3000 + "y\n") * 17,
+    }
+    return {k: v.encode()[:max_bytes - 200].decode("utf-8", "ignore") for k, v in out.items()}
+
+
+def worst(clients: int, args) -> dict[str, Any]:
+    """`clients` clients post the worst pastes (worst_inputs) to /v1/diagnose for --worst-seconds while /healthz is
+    polled every 50 ms: how long a health check waits while the server works as hard as it can be made to."""
+    import httpx
+
+    bodies = [json.dumps({"log": v}).encode() for v in worst_inputs(args.max_bytes).values()]
+    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)  # noqa: SIM115 - removed below
+    server, url = start_server(args, log)
+    health: list[float] = []
+    lat: list[float] = []
+    statuses: Counter[str] = Counter()
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def probe() -> None:
+        with httpx.Client(timeout=30) as c:
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                try:
+                    c.get(url + "/healthz")
+                    health.append(time.perf_counter() - t0)
+                except httpx.HTTPError:
+                    health.append(30.0)
+                time.sleep(0.05)
+
+    def client(k: int) -> None:
+        with httpx.Client(timeout=120) as c:
+            i = k
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                try:
+                    r = c.post(url + "/v1/diagnose", content=bodies[i % len(bodies)],
+                               headers={"content-type": "application/json"})
+                    key = str(r.status_code)
+                except httpx.HTTPError as e:
+                    key = type(e).__name__
+                with lock:
+                    statuses[key] += 1
+                    if key == "200":
+                        lat.append(time.perf_counter() - t0)
+                i += 1
+
+    try:
+        threads = [threading.Thread(target=probe, daemon=True)] + [
+            threading.Thread(target=client, args=(k,), daemon=True) for k in range(clients)]
+        for t in threads:
+            t.start()
+        time.sleep(args.worst_seconds)
+        stop.set()
+        for t in threads:
+            t.join(130)
+    finally:
+        stop_server(server)
+        os.unlink(log.name)
+    health.sort()
+    lat.sort()
+    return {"clients": clients, "inputs": {k: len(v.encode()) for k, v in worst_inputs(args.max_bytes).items()},
+            "statuses": dict(statuses), "diagnose_p50_s": round(lat[len(lat) // 2], 3) if lat else None,
+            "diagnose_max_s": round(lat[-1], 3) if lat else None, "healthz_checks": len(health),
+            "healthz_p50_ms": round(health[len(health) // 2] * 1000, 1) if health else None,
+            "healthz_p99_ms": round(health[int(len(health) * 0.99)] * 1000, 1) if health else None,
+            "healthz_max_ms": round(health[-1] * 1000, 1) if health else None}
+
+
 # ---------------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -562,6 +649,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--progress", action="store_true")
     p.add_argument("--retime", type=Path, help="library targets: a report of an earlier run with the same --seed and "
                    "--n; run again, alone, only its inputs that took over 1 s (were they slow, or the machine busy?)")
+    p.add_argument("--worst-clients", type=int, default=8, help="target worst: clients posting at once (default 8)")
+    p.add_argument("--worst-seconds", type=float, default=30.0, help="target worst: how long (default 30 s)")
     p.add_argument("--clients", type=int, default=4, help="target api: concurrent client threads (default 4)")
     p.add_argument("--jobs", type=int, default=1, help="library targets: worker processes run at once (default 1)")
     p.add_argument("--slowloris", type=int, default=600, help="target slowloris: connections to hold (600)")
@@ -595,6 +684,8 @@ def main(argv: list[str] | None = None) -> int:
             report[target] = fuzz_api(args.n, rng, args)
         elif target == "slowloris":
             report[target] = slowloris(args.slowloris, args)
+        elif target == "worst":
+            report[target] = worst(args.worst_clients, args)
         elif target == "overload":
             report[target] = overload([int(x) for x in args.overload.split(",")], args)
         else:
