@@ -224,7 +224,9 @@ __all__ = ["calibrate", "evaluate", "fit_logistic", "format_report", "holdout_ex
 
 # ------------------------------------------------------------------------------------------------ case base
 def _case_views(kb: Diagnoser, cases: list, index) -> list[dict[str, Any]]:
-    """Rules, retrieval and similarity for every case's query, computed once (nothing here is fitted)."""
+    """Rules, retrieval, similarity and hashed text counts for every case's query, computed once (nothing here
+    is fitted)."""
+    from kb.diagnose import learned
     from kb.diagnose.engine import query_view
 
     rows = []
@@ -236,6 +238,7 @@ def _case_views(kb: Diagnoser, cases: list, index) -> list[dict[str, Any]]:
         cands = rank(kb, facts, lines, query)
         hits = kb.search(query, k=1, mode="hybrid")
         rows.append({"case": c, "text": text, "view": query_view(kb, facts, cands, query, index),
+                     "counts": learned.text_counts(text),
                      "hybrid_top": hits[0].incident.root_cause.category if hits else None,
                      "rules_top": cands[0].incident.root_cause.category if cands else None,
                      "rules_abstain": not cands or not _in_scope_or_fired(facts, cands)})
@@ -265,17 +268,23 @@ def _fit_predict(rows: list[dict[str, Any]], train: list[int], test: list[int], 
     train_mask = np.zeros(n, dtype=bool)
     train_mask[train] = True
     prior = learned.priors([case_labels[i] for i in train], labels)
+    # The text classifiers are fitted on the training rows only; a training row's scores are its leave-one-out
+    # scores (each thread is one case), so the ranker learns how far to trust them on unseen text.
+    text_model, text_scores = learned.TextModel.fit([r["counts"] for r in rows], case_labels, train)
     groups, targets = [], []
     for j in train:
         usable = train_mask.copy()
         usable[j] = False  # a training query never sees its own label among its neighbours
-        phi, _ = learned.label_matrix(rows[j]["view"], labels, case_labels, usable, prior, rows[j]["text"])
+        phi, _ = learned.label_matrix(rows[j]["view"], labels, case_labels, usable, prior, rows[j]["text"],
+                                      text_scores[j])
         groups.append(phi)
         targets.append(labels.index(case_labels[j]))
     ranker = learned.Ranker.fit(groups, targets, labels)
+    ranker.text = text_model
     preds = {}
     for j in test:
-        phi, _ = learned.label_matrix(rows[j]["view"], labels, case_labels, train_mask, prior, rows[j]["text"])
+        phi, _ = learned.label_matrix(rows[j]["view"], labels, case_labels, train_mask, prior, rows[j]["text"],
+                                      text_scores[j])
         p = ranker.probabilities(phi)
         order = learned.ranked(rows[j]["view"], p, labels)
         preds[j] = (labels[order[0]], float(p[order[0]]), [labels[i] for i in order[:3]])
