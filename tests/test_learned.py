@@ -94,3 +94,48 @@ def test_the_shipped_ranker_carries_its_text_model():
     assert scope > 0
     w = dict(zip(learned.FEATURES, ranker.weights))
     assert w["text"] > 0 and w["oos_text"] > 0  # fitted, not hand-set: both features point the way they mean
+
+
+@pytest.mark.slow
+def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_ships_both_files(repo_root, tmp_path,
+                                                                                           tmp_path_factory):
+    """`kb eval --cv --fit` end to end on a subset of the real case base (so it runs in seconds)."""
+    import os
+    import shutil
+
+    from kb import KnowledgeBase
+    from kb.cases import load_cases
+    from kb.diagnose.evaluate import cross_validate, fit_case_ranker, format_cv
+
+    data = os.environ.get("KB_DATA_DIR") or tmp_path_factory.mktemp("data")
+    kb = KnowledgeBase.open(data_dir=data, incidents_dir=repo_root / "incidents")
+    every, _ = load_cases(kb.cases_dir, kb.records.keys())
+    want = {"framework-bug": 8, "fp16-overflow": 6, "out-of-scope": 10}
+    chosen = []
+    for c in sorted(every, key=lambda c: c.id):
+        if want.get(c.category, 0) > 0:
+            want[c.category] -= 1
+            chosen.append(c)
+    assert not any(want.values()), "the shipped case base should hold these labels"
+    sub = tmp_path / "cases"
+    sub.mkdir()
+    for c in chosen:
+        shutil.copy(kb.cases_dir / f"{c.id}.yaml", sub / f"{c.id}.yaml")
+    kb.cases_dir = sub
+
+    report = cross_validate(kb, folds=3)
+    assert report["cases"] == len(chosen) == report["threads"]
+    for name in ("learned, grouped by thread", "learned, leave one framework out", "rules only (no case learning)",
+                 "plain hybrid retrieval"):
+        r = report[name]
+        assert r["n_in"] == 14 and r["n_out"] == 10 and 0.0 <= r["top1"] <= 1.0
+    conf = report["confusion"]
+    assert sum(t["n"] for t in conf.values()) == len(chosen)
+    assert all(t["right"] + sum(t["went_to"].values()) == t["n"] for t in conf.values())
+    assert "where the misses went" in format_cv(report)
+
+    out = tmp_path / "learned.json"
+    fit_case_ranker(kb, out=out)
+    ranker = learned.Ranker.load(out)
+    assert ranker is not None and ranker.text is not None
+    assert ranker.text.categories == ["fp16-overflow", "framework-bug"]

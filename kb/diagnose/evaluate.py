@@ -306,6 +306,24 @@ def _score(rows: list[dict[str, Any]], pred: dict[int, tuple[str, bool]]) -> dic
             "out_abstained": round(abst_out / len(outs), 3) if outs else None}
 
 
+def _confusion(rows: list[dict[str, Any]], pred: dict[int, tuple[str, bool]]) -> dict[str, Any]:
+    """Per true label: how many reports, how many answered right, and where the others went (most first)."""
+    from kb.diagnose import learned
+
+    table: dict[str, dict[str, Any]] = {}
+    for j, (lab, _) in pred.items():
+        true = learned.label_of(rows[j]["case"])
+        t = table.setdefault(true, {"n": 0, "right": 0, "went_to": {}})
+        t["n"] += 1
+        if lab == true:
+            t["right"] += 1
+        else:
+            t["went_to"][lab] = t["went_to"].get(lab, 0) + 1
+    for t in table.values():
+        t["went_to"] = dict(sorted(t["went_to"].items(), key=lambda kv: (-kv[1], kv[0])))
+    return dict(sorted(table.items(), key=lambda kv: (-kv[1]["n"], kv[0])))
+
+
 def cross_validate(kb: Diagnoser, folds: int = 5) -> dict[str, Any]:
     """Out-of-fold numbers on the case base: the learned ranker grouped by thread and leave-one-framework-out,
     beside the rules-only engine and a plain hybrid-retrieval baseline, which are not fitted on cases at all."""
@@ -334,6 +352,8 @@ def cross_validate(kb: Diagnoser, folds: int = 5) -> dict[str, Any]:
             _, p = _fit_predict(rows, train, test, labels)
             preds.update({j: (lab, lab == learned.OUT_OF_SCOPE) for j, (lab, _, _) in p.items()})
         out[f"learned, {name}"] = _score(rows, preds)
+        if name == "grouped by thread":
+            out["confusion"] = _confusion(rows, preds)
     every = {j: (r["rules_top"], r["rules_abstain"]) for j, r in enumerate(rows)}
     out["rules only (no case learning)"] = _score(rows, every)
     out["plain hybrid retrieval"] = _score(rows, {j: (r["hybrid_top"], False) for j, r in enumerate(rows)})
@@ -365,6 +385,11 @@ def format_cv(report: dict[str, Any]) -> str:
         if isinstance(r, dict) and "n_in" in r:
             lines.append(f"{name:44} {r['n_in']:>4} {r['n_out']:>4} {_fmt(r['top1']):>6} "
                          f"{_fmt(r['in_abstained']):>19} {_fmt(r['out_abstained']):>23}")
+    if report.get("confusion"):
+        lines.append("out of fold, grouped by thread: per true label, right / n, and where the misses went")
+        for lab, t in report["confusion"].items():
+            went = ", ".join(f"{k} {v}" for k, v in t["went_to"].items())
+            lines.append(f"  {lab:34} {t['right']:>3} / {t['n']:<3} {went}")
     return "\n".join(lines)
 
 
