@@ -394,7 +394,8 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
     case_labels = [learned.label_of(c) for c in index.cases]
     labels = list(dict.fromkeys([*ranker.labels, *view.category_scores, learned.OUT_OF_SCOPE]))
     prior = learned.priors(case_labels, labels)
-    phi, nbrs = learned.label_matrix(view, labels, case_labels, np.ones(len(index.cases), dtype=bool), prior, whole)
+    phi, nbrs = learned.label_matrix(view, labels, case_labels, np.ones(len(index.cases), dtype=bool), prior, whole,
+                                     ranker.text_scores(whole))
     probs = ranker.probabilities(phi)
     order = learned.ranked(view, probs, labels)
     if any(f.kind == "trainer" for f in facts.items.values()):
@@ -449,7 +450,10 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
                       else f"现有证据无法区分候选原因（最高 {prob[best]:.2f}）")
     else:
         out.route = "mechanism"
-    if out.route != "mechanism" or (len(order) > 1 and float(probs[order[1]]) > prob[best] / 2):
+    # The rules overrode the ranker (a curated mechanism the real reports rarely show): the two disagree, so the
+    # facts that would separate the candidates are asked for even when the rules are confident.
+    overridden = best != labels[learned.decide(probs, labels)[0]]
+    if out.route != "mechanism" or overridden or (len(order) > 1 and float(probs[order[1]]) > prob[best] / 2):
         out.questions = differential_questions(facts, [lab for lab in shown[:3]], by_cat, lang)
     return out
 

@@ -224,7 +224,9 @@ __all__ = ["calibrate", "evaluate", "fit_logistic", "format_report", "holdout_ex
 
 # ------------------------------------------------------------------------------------------------ case base
 def _case_views(kb: Diagnoser, cases: list, index) -> list[dict[str, Any]]:
-    """Rules, retrieval and similarity for every case's query, computed once (nothing here is fitted)."""
+    """Rules, retrieval, similarity and hashed text counts for every case's query, computed once (nothing here
+    is fitted)."""
+    from kb.diagnose import learned
     from kb.diagnose.engine import query_view
 
     rows = []
@@ -236,6 +238,7 @@ def _case_views(kb: Diagnoser, cases: list, index) -> list[dict[str, Any]]:
         cands = rank(kb, facts, lines, query)
         hits = kb.search(query, k=1, mode="hybrid")
         rows.append({"case": c, "text": text, "view": query_view(kb, facts, cands, query, index),
+                     "counts": learned.text_counts(text),
                      "hybrid_top": hits[0].incident.root_cause.category if hits else None,
                      "rules_top": cands[0].incident.root_cause.category if cands else None,
                      "rules_abstain": not cands or not _in_scope_or_fired(facts, cands)})
@@ -265,17 +268,23 @@ def _fit_predict(rows: list[dict[str, Any]], train: list[int], test: list[int], 
     train_mask = np.zeros(n, dtype=bool)
     train_mask[train] = True
     prior = learned.priors([case_labels[i] for i in train], labels)
+    # The text classifiers are fitted on the training rows only; a training row's scores are its leave-one-out
+    # scores (each thread is one case), so the ranker learns how far to trust them on unseen text.
+    text_model, text_scores = learned.TextModel.fit([r["counts"] for r in rows], case_labels, train)
     groups, targets = [], []
     for j in train:
         usable = train_mask.copy()
         usable[j] = False  # a training query never sees its own label among its neighbours
-        phi, _ = learned.label_matrix(rows[j]["view"], labels, case_labels, usable, prior, rows[j]["text"])
+        phi, _ = learned.label_matrix(rows[j]["view"], labels, case_labels, usable, prior, rows[j]["text"],
+                                      text_scores[j])
         groups.append(phi)
         targets.append(labels.index(case_labels[j]))
     ranker = learned.Ranker.fit(groups, targets, labels)
+    ranker.text = text_model
     preds = {}
     for j in test:
-        phi, _ = learned.label_matrix(rows[j]["view"], labels, case_labels, train_mask, prior, rows[j]["text"])
+        phi, _ = learned.label_matrix(rows[j]["view"], labels, case_labels, train_mask, prior, rows[j]["text"],
+                                      text_scores[j])
         p = ranker.probabilities(phi)
         order = learned.ranked(rows[j]["view"], p, labels)
         preds[j] = (labels[order[0]], float(p[order[0]]), [labels[i] for i in order[:3]])
@@ -295,6 +304,24 @@ def _score(rows: list[dict[str, Any]], pred: dict[int, tuple[str, bool]]) -> dic
             "top1": round(right / len(ins), 3) if ins else None,
             "in_abstained": round(abst_in / len(ins), 3) if ins else None,
             "out_abstained": round(abst_out / len(outs), 3) if outs else None}
+
+
+def _confusion(rows: list[dict[str, Any]], pred: dict[int, tuple[str, bool]]) -> dict[str, Any]:
+    """Per true label: how many reports, how many answered right, and where the others went (most first)."""
+    from kb.diagnose import learned
+
+    table: dict[str, dict[str, Any]] = {}
+    for j, (lab, _) in pred.items():
+        true = learned.label_of(rows[j]["case"])
+        t = table.setdefault(true, {"n": 0, "right": 0, "went_to": {}})
+        t["n"] += 1
+        if lab == true:
+            t["right"] += 1
+        else:
+            t["went_to"][lab] = t["went_to"].get(lab, 0) + 1
+    for t in table.values():
+        t["went_to"] = dict(sorted(t["went_to"].items(), key=lambda kv: (-kv[1], kv[0])))
+    return dict(sorted(table.items(), key=lambda kv: (-kv[1]["n"], kv[0])))
 
 
 def cross_validate(kb: Diagnoser, folds: int = 5) -> dict[str, Any]:
@@ -325,6 +352,8 @@ def cross_validate(kb: Diagnoser, folds: int = 5) -> dict[str, Any]:
             _, p = _fit_predict(rows, train, test, labels)
             preds.update({j: (lab, lab == learned.OUT_OF_SCOPE) for j, (lab, _, _) in p.items()})
         out[f"learned, {name}"] = _score(rows, preds)
+        if name == "grouped by thread":
+            out["confusion"] = _confusion(rows, preds)
     every = {j: (r["rules_top"], r["rules_abstain"]) for j, r in enumerate(rows)}
     out["rules only (no case learning)"] = _score(rows, every)
     out["plain hybrid retrieval"] = _score(rows, {j: (r["hybrid_top"], False) for j, r in enumerate(rows)})
@@ -356,6 +385,11 @@ def format_cv(report: dict[str, Any]) -> str:
         if isinstance(r, dict) and "n_in" in r:
             lines.append(f"{name:44} {r['n_in']:>4} {r['n_out']:>4} {_fmt(r['top1']):>6} "
                          f"{_fmt(r['in_abstained']):>19} {_fmt(r['out_abstained']):>23}")
+    if report.get("confusion"):
+        lines.append("out of fold, grouped by thread: per true label, right / n, and where the misses went")
+        for lab, t in report["confusion"].items():
+            went = ", ".join(f"{k} {v}" for k, v in t["went_to"].items())
+            lines.append(f"  {lab:34} {t['right']:>3} / {t['n']:<3} {went}")
     return "\n".join(lines)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import zlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ NEIGHBOURS = 8
 UNSURE_BELOW = 0.35
 FEATURES = ("engine", "engine_top", "fired", "knn", "nn1", "prior",
             "oos_bias", "oos_no_symptom", "oos_error", "oos_symptom", "oos_knn", "oos_inference",
-            "fw_bias", "fw_versions", "fw_no_rule", "fw_release_words")
+            "fw_bias", "fw_versions", "fw_no_rule", "fw_release_words", "text", "oos_text")
 # Words of a report about generation or serving, not training (an out-of-scope signal when no metric went bad).
 _INFERENCE_WORDS = re.compile(r"inference|推理|generat\w*|cli_demo|deploy\w*|部署|serving|vllm serve|乱码|gibberish|"
                               r"repeat\w*|复读", re.IGNORECASE)
@@ -43,9 +44,10 @@ _INFERENCE_WORDS = re.compile(r"inference|推理|generat\w*|cli_demo|deploy\w*|�
 # out-of-fold case numbers and the dev set (a development choice; README says so).
 RULES_CONFIDENT = 0.6
 # When the ranker itself is unsure (its best in-scope label below UNSURE_BELOW) it defers to the rules' category
-# if they give it at least this much: short questions about a curated mechanism ("DPO NLL loss nan") have few
-# look-alikes among real reports. Chosen like RULES_CONFIDENT (costs 0.02 top-1 out of fold).
-RULES_WHEN_UNSURE = 0.3
+# if the rules would not abstain on it themselves (engine.ABSTAIN_BELOW, 0.25): short questions about a curated
+# mechanism ("DPO NLL loss nan") have few look-alikes among real reports. Was 0.3; lowered to the rules' own
+# threshold with the text features (out of fold unchanged: 0.614 top-1 either way; a development choice).
+RULES_WHEN_UNSURE = 0.25
 # Above this probability the report is out of scope: all in-scope labels together are less likely.
 OUT_OF_SCOPE_ABOVE = 0.5
 _RELEASE_WORDS = re.compile(r"upgrad\w*|updat\w*|new (?:version|release)|regression|after (?:bumping|updating)|"
@@ -144,8 +146,12 @@ def neighbours(view: QueryView, usable: np.ndarray, k: int = NEIGHBOURS) -> list
     return [int(i) for i in order[:k]]
 
 
+# What the two text classifiers (TextModel) say about one query: the scope score and a score per category.
+TextScores = tuple[float, dict[str, float]]
+
+
 def features(view: QueryView, label: str, nbrs: list[int], labels: Sequence[str], prior: dict[str, float],
-             text: str = "") -> np.ndarray:
+             text: str = "", text_scores: TextScores | None = None) -> np.ndarray:
     sims = [float(view.sims[i]) for i in nbrs]
     total = sum(sims) or 1.0
     knn = sum(s for i, s in zip(nbrs, sims) if labels[i] == label) / total
@@ -169,6 +175,8 @@ def features(view: QueryView, label: str, nbrs: list[int], labels: Sequence[str]
         "fw_versions": 1.0 if fw and any(k in view.facts for k in _VERSION_FACTS) else 0.0,
         "fw_no_rule": 1.0 if fw and not view.fired else 0.0,
         "fw_release_words": 1.0 if fw and _RELEASE_WORDS.search(text[:4000]) else 0.0,
+        "text": 0.0 if oos or text_scores is None else text_scores[1].get(label, 0.0),
+        "oos_text": text_scores[0] if oos and text_scores is not None else 0.0,
     }
     return np.array([f[k] for k in FEATURES], dtype=np.float64)
 
@@ -181,6 +189,135 @@ def priors(labels: Sequence[str], all_labels: Sequence[str], smoothing: float = 
     return {lab: math.log((counts.get(lab, 0) + smoothing) / n) for lab in all_labels}
 
 
+# ------------------------------------------------------------------------------------------------ text classifiers
+TEXT_FILE = Path(__file__).with_name("learned-text.npz")
+# Hashed feature space: words (kb.tokenize, so Chinese is segmented) and character 2-4-grams of the lower-cased
+# text. Hashing (crc32, stable across runs) keeps the shipped weights a fixed-size array with no vocabulary.
+TEXT_DIM = 1 << 14
+_CHAR_NGRAMS = (2, 3, 4)
+# Ridge penalties of the two text classifiers (scope: words; category: character n-grams). Chosen among
+# {0.1, 0.3, 1, 3} on the out-of-fold case numbers (a development choice; docs/DIAGNOSE.md says so).
+SCOPE_RIDGE = 1.0
+CATEGORY_RIDGE = 0.3
+SCOPE_MIN_DF = 2
+CATEGORY_MIN_DF = 3
+
+
+def _bucket(s: str) -> int:
+    return zlib.crc32(s.encode("utf-8", errors="replace")) & (TEXT_DIM - 1)
+
+
+def text_counts(text: str) -> tuple[Counter[int], Counter[int]]:
+    """(hashed word counts, hashed character n-gram counts) of a report, from its first 4000 characters."""
+    text = text[:4000]
+    words = Counter(_bucket("w:" + t) for t in tokenize(text))
+    flat = re.sub(r"\s+", " ", text.lower())
+    grams = Counter(_bucket(flat[i:i + n]) for n in _CHAR_NGRAMS for i in range(len(flat) - n + 1))
+    return words, grams
+
+
+def _tf(counts: Sequence[Counter[int]]) -> np.ndarray:
+    """Sub-linear term frequencies, one row per text."""
+    m = np.zeros((len(counts), TEXT_DIM), dtype=np.float32)
+    for i, c in enumerate(counts):
+        if c:
+            keys = np.fromiter(c.keys(), dtype=np.int64, count=len(c))
+            vals = np.fromiter(c.values(), dtype=np.float32, count=len(c))
+            m[i, keys] = 1.0 + np.log(vals)
+    return m
+
+
+def _idf(tf: np.ndarray, min_df: int) -> np.ndarray:
+    """Inverse document frequency over the training rows; zero for features seen in fewer than `min_df` of them
+    (one report's own strings say nothing about its category)."""
+    df = (tf > 0).sum(axis=0)
+    return (np.log((1.0 + len(tf)) / (1.0 + df)) + 1.0).astype(np.float32) * (df >= max(1, min_df))
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    n = np.linalg.norm(x, axis=-1, keepdims=True)
+    return x / np.where(n > 0, n, 1.0)
+
+
+def _ridge(X: np.ndarray, Y: np.ndarray, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """Ridge regression in its dual form (few rows, many columns): (primal weights, leave-one-out predictions
+    of the training rows, exact in closed form)."""
+    K = X @ X.T
+    A = np.linalg.inv(K + lam * np.eye(len(K)))
+    alpha = A @ Y
+    H = K @ A
+    h = np.clip(np.diag(H), None, 1.0 - 1e-6)[:, None]
+    loo = (H @ Y - h * Y) / (1.0 - h)
+    return X.T @ alpha, loo
+
+
+@dataclass
+class TextModel:
+    """Two linear text classifiers fitted on the cases: one for scope (out of scope vs. a training divergence,
+    from words), one over in-scope categories (from character n-grams, fitted on in-scope cases only)."""
+
+    scope_w: np.ndarray  # (TEXT_DIM,)
+    scope_idf: np.ndarray
+    cat_w: np.ndarray  # (TEXT_DIM, categories)
+    cat_idf: np.ndarray
+    categories: list[str]
+
+    def scores(self, text: str) -> tuple[float, dict[str, float]]:
+        return self.scores_of(*text_counts(text))
+
+    def scores_of(self, words: Counter[int], grams: Counter[int]) -> tuple[float, dict[str, float]]:
+        xs = _unit(_tf([words])[0] * self.scope_idf)
+        xc = _unit(_tf([grams])[0] * self.cat_idf)
+        cat = xc @ self.cat_w
+        return float(xs @ self.scope_w), {c: float(v) for c, v in zip(self.categories, cat)}
+
+    @classmethod
+    def fit(cls, counts: Sequence[tuple[Counter[int], Counter[int]]], labels: Sequence[str], train: Sequence[int]
+            ) -> tuple[TextModel, list[tuple[float, dict[str, float]]]]:
+        """Fit on the rows `train`; also return every row's scores: leave-one-out for the training rows (so the
+        ranker is fitted on scores like the ones an unseen report gets), the fitted model's for the others."""
+        train = list(train)
+        words, grams = _tf([c[0] for c in counts]), _tf([c[1] for c in counts])
+        s_idf = _idf(words[train], SCOPE_MIN_DF)
+        Xs = _unit(words * s_idf)
+        y_scope = np.array([[1.0 if labels[j] == OUT_OF_SCOPE else -1.0] for j in train])
+        s_w, s_loo = _ridge(Xs[train], y_scope, SCOPE_RIDGE)
+        scope = Xs @ s_w[:, 0]
+        scope[train] = s_loo[:, 0]
+        ins = [j for j in train if labels[j] != OUT_OF_SCOPE]
+        cats = sorted({labels[j] for j in ins})
+        c_idf = _idf(grams[ins], CATEGORY_MIN_DF) if ins else np.zeros(TEXT_DIM, dtype=np.float32)
+        Xc = _unit(grams * c_idf)
+        if ins:
+            Y = np.array([[1.0 if labels[j] == c else 0.0 for c in cats] for j in ins])
+            c_w, c_loo = _ridge(Xc[ins], Y, CATEGORY_RIDGE)
+        else:
+            c_w, c_loo = np.zeros((TEXT_DIM, 0)), np.zeros((0, 0))
+        cat = Xc @ c_w
+        cat[ins] = c_loo
+        model = cls(s_w[:, 0].astype(np.float32), s_idf, c_w.astype(np.float32), c_idf, cats)
+        return model, [(float(scope[j]), dict(zip(cats, map(float, cat[j])))) for j in range(len(counts))]
+
+    def save(self, path: Path = TEXT_FILE) -> None:
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez_compressed(tmp, dim=np.array(TEXT_DIM), scope_w=self.scope_w.astype(np.float16),
+                            scope_idf=self.scope_idf.astype(np.float16), cat_w=self.cat_w.astype(np.float16),
+                            cat_idf=self.cat_idf.astype(np.float16), categories=np.array(self.categories))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path = TEXT_FILE) -> TextModel | None:
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                if int(z["dim"]) != TEXT_DIM:
+                    return None
+                return cls(z["scope_w"].astype(np.float32), z["scope_idf"].astype(np.float32),
+                           z["cat_w"].astype(np.float32), z["cat_idf"].astype(np.float32),
+                           [str(c) for c in z["categories"]])
+        except (OSError, ValueError, KeyError):
+            return None
+
+
 # ------------------------------------------------------------------------------------------------ the ranker
 @dataclass
 class Ranker:
@@ -189,6 +326,10 @@ class Ranker:
     weights: np.ndarray = field(default_factory=lambda: np.zeros(len(FEATURES)))
     labels: list[str] = field(default_factory=list)
     unsure_below: float = UNSURE_BELOW
+    text: TextModel | None = None  # the text classifiers behind the `text` / `oos_text` features
+
+    def text_scores(self, text: str) -> TextScores | None:
+        return self.text.scores(text) if self.text is not None else None
 
     def probabilities(self, phi: np.ndarray) -> np.ndarray:
         s = phi @ self.weights
@@ -197,8 +338,8 @@ class Ranker:
         return e / e.sum()
 
     @classmethod
-    def fit(cls, groups: list[np.ndarray], targets: list[int], labels: list[str], l2: float = 0.05,
-            steps: int = 800, lr: float = 0.5) -> Ranker:
+    def fit(cls, groups: list[np.ndarray], targets: list[int], labels: list[str], l2: float = 0.002,
+            steps: int = 3000, lr: float = 0.5) -> Ranker:
         """Maximum likelihood with an L2 penalty by gradient descent: groups[i] is the (labels x features) matrix
         of query i and targets[i] the row of its true label (every group has the same labels)."""
         w = np.zeros(len(FEATURES))
@@ -216,7 +357,9 @@ class Ranker:
             w -= lr * grad
         return cls(w, list(labels))
 
-    def save(self, path: Path = MODEL_FILE, meta: dict | None = None) -> None:
+    def save(self, path: Path = MODEL_FILE, meta: dict | None = None, text_path: Path | None = None) -> None:
+        if self.text is not None:
+            self.text.save(text_path or path.with_name(TEXT_FILE.name))
         data = {"features": list(FEATURES), "weights": [round(float(x), 6) for x in self.weights],
                 "labels": self.labels, "unsure_below": self.unsure_below, **(meta or {})}
         tmp = path.with_suffix(".tmp")
@@ -225,14 +368,19 @@ class Ranker:
 
     @classmethod
     def load(cls, path: Path = MODEL_FILE) -> Ranker | None:
+        """The shipped ranker and its text classifiers (read once per KnowledgeBase, offline), or None when
+        either is missing or was fitted for another feature set (refit with `kb eval --cv --fit`)."""
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
         if data.get("features") != list(FEATURES):
-            return None  # fitted for another feature set: refit with `kb eval --cv --fit`
+            return None
+        text = TextModel.load(path.with_name(TEXT_FILE.name))
+        if text is None:
+            return None
         return cls(np.asarray(data["weights"], dtype=np.float64), list(data.get("labels", [])),
-                   float(data.get("unsure_below", UNSURE_BELOW)))
+                   float(data.get("unsure_below", UNSURE_BELOW)), text)
 
 
 def decide(probs: np.ndarray, labels: Sequence[str]) -> list[int]:
@@ -259,6 +407,7 @@ def ranked(view: QueryView, probs: np.ndarray, labels: Sequence[str]) -> list[in
 
 
 def label_matrix(view: QueryView, all_labels: Sequence[str], case_labels: Sequence[str], usable: np.ndarray,
-                 prior: dict[str, float], text: str) -> tuple[np.ndarray, list[int]]:
+                 prior: dict[str, float], text: str, text_scores: TextScores | None = None
+                 ) -> tuple[np.ndarray, list[int]]:
     nbrs = neighbours(view, usable)
-    return np.stack([features(view, lab, nbrs, case_labels, prior, text) for lab in all_labels]), nbrs
+    return np.stack([features(view, lab, nbrs, case_labels, prior, text, text_scores) for lab in all_labels]), nbrs

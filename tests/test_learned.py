@@ -1,0 +1,141 @@
+"""The text classifiers behind the learned ranker's `text` / `oos_text` features: what they learn, that the
+scores a training case gets are truly left out, and that the shipped model loads and is what diagnosis uses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kb.diagnose import learned
+from kb.diagnose.learned import OUT_OF_SCOPE, TextModel, _ridge, text_counts
+
+MASKED = ["loss is 0.0 from the first step, tokenization mismatch warning in the log",
+          "training loss stays exactly 0, WARNING: tokenization mismatch: 312 vs. 318",
+          "loss 一直是 0，日志里 tokenization mismatch 警告",
+          "train loss 0.0000 every epoch with tokenization mismatch after changing the template"]
+OVERFLOW = ["fp16 loss scale keeps halving, Gradient overflow. Skipping step, loss scale 1",
+            "Current loss scale already at minimum, fp16 overflow, loss nan",
+            "使用 fp16 训练 loss scale 降到最小后 loss 变成 nan, Gradient overflow",
+            "attempted loss scale 0.5 below minimum; fp16 overflow every step"]
+OOM = ["torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+       "CUDA out of memory when loading the 13b model on a 24GB card",
+       "显存不足 CUDA out of memory, batch size 已经是 1",
+       "RuntimeError: CUDA out of memory during evaluation"]
+
+
+def _fit(texts: list[str], labels: list[str], train: list[int]):
+    return TextModel.fit([text_counts(t) for t in texts], labels, train)
+
+
+def test_text_model_separates_scope_and_categories_on_unseen_text():
+    texts = MASKED + OVERFLOW + OOM
+    labels = ["all-labels-masked"] * 4 + ["fp16-overflow"] * 4 + [OUT_OF_SCOPE] * 4
+    model, _ = _fit(texts, labels, list(range(len(texts))))
+    assert model.categories == ["all-labels-masked", "fp16-overflow"]
+    scope, cats = model.scores("my loss is 0 and the log says tokenization mismatch")
+    assert cats["all-labels-masked"] > cats["fp16-overflow"] and scope < 0
+    scope, cats = model.scores("Gradient overflow, loss scale at minimum with fp16")
+    assert cats["fp16-overflow"] > cats["all-labels-masked"] and scope < 0
+    scope, _ = model.scores("CUDA out of memory, tried to allocate 4 GiB")
+    assert scope > 0
+
+
+def test_leave_one_out_scores_equal_a_refit_without_the_row():
+    """The closed form that gives training cases their scores must be exactly a refit that never saw the case
+    (otherwise the ranker would learn to trust scores that are better than an unseen report gets)."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(9, 30))
+    Y = np.eye(3)[rng.integers(0, 3, size=9)]
+    _, loo = _ridge(X, Y, 0.3)
+    for i in range(9):
+        keep = [j for j in range(9) if j != i]
+        w, _ = _ridge(X[keep], Y[keep], 0.3)
+        np.testing.assert_allclose(loo[i], X[i] @ w, atol=1e-8)
+
+
+def test_fold_scores_of_training_rows_are_out_of_sample_and_test_rows_use_the_fit():
+    texts = MASKED + OVERFLOW + OOM
+    labels = ["all-labels-masked"] * 4 + ["fp16-overflow"] * 4 + [OUT_OF_SCOPE] * 4
+    train = [0, 1, 2, 4, 5, 6, 8, 9, 10]
+    model, scores = _fit(texts, labels, train)
+    for j in (3, 7, 11):  # held out: exactly what the fitted model says
+        scope, cats = model.scores(texts[j])
+        assert scores[j][0] == pytest.approx(scope, abs=1e-5)
+        assert all(scores[j][1][c] == pytest.approx(v, abs=1e-5) for c, v in cats.items())
+    for j in train:  # in the fit: not what the fitted model says (it saw the row)
+        assert scores[j][0] != pytest.approx(model.scores(texts[j])[0], abs=1e-4)
+        if labels[j] != OUT_OF_SCOPE:  # out-of-scope rows are not in the category fit: their scores are its own
+            assert scores[j][1] != pytest.approx(model.scores(texts[j])[1], abs=1e-4)
+
+
+def test_saved_text_model_round_trips_and_a_foreign_file_is_refused(tmp_path):
+    texts = MASKED + OVERFLOW + OOM
+    labels = ["all-labels-masked"] * 4 + ["fp16-overflow"] * 4 + [OUT_OF_SCOPE] * 4
+    model, _ = _fit(texts, labels, list(range(len(texts))))
+    path = tmp_path / "text.npz"
+    model.save(path)
+    back = TextModel.load(path)
+    assert back is not None and back.categories == model.categories
+    q = "loss 0 with tokenization mismatch"
+    a, b = model.scores(q), back.scores(q)
+    assert a[0] == pytest.approx(b[0], abs=2e-3)
+    assert all(a[1][c] == pytest.approx(b[1][c], abs=2e-3) for c in a[1])
+    np.savez(tmp_path / "other.npz", dim=np.array(learned.TEXT_DIM * 2))
+    assert TextModel.load(tmp_path / "other.npz") is None
+    assert TextModel.load(tmp_path / "missing.npz") is None
+
+
+def test_the_shipped_ranker_carries_its_text_model():
+    ranker = learned.Ranker.load()
+    assert ranker is not None and ranker.text is not None, "refit with `kb eval --cv --fit`"
+    assert len(ranker.weights) == len(learned.FEATURES)
+    assert set(ranker.text.categories) <= set(ranker.labels) and OUT_OF_SCOPE not in ranker.text.categories
+    scope, _ = ranker.text_scores("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")
+    assert scope > 0
+    w = dict(zip(learned.FEATURES, ranker.weights))
+    assert w["text"] > 0 and w["oos_text"] > 0  # fitted, not hand-set: both features point the way they mean
+
+
+@pytest.mark.slow
+def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_ships_both_files(repo_root, tmp_path,
+                                                                                           tmp_path_factory):
+    """`kb eval --cv --fit` end to end on a subset of the real case base (so it runs in seconds)."""
+    import os
+    import shutil
+
+    from kb import KnowledgeBase
+    from kb.cases import load_cases
+    from kb.diagnose.evaluate import cross_validate, fit_case_ranker, format_cv
+
+    data = os.environ.get("KB_DATA_DIR") or tmp_path_factory.mktemp("data")
+    kb = KnowledgeBase.open(data_dir=data, incidents_dir=repo_root / "incidents")
+    every, _ = load_cases(kb.cases_dir, kb.records.keys())
+    want = {"framework-bug": 8, "fp16-overflow": 6, "out-of-scope": 10}
+    chosen = []
+    for c in sorted(every, key=lambda c: c.id):
+        if want.get(c.category, 0) > 0:
+            want[c.category] -= 1
+            chosen.append(c)
+    assert not any(want.values()), "the shipped case base should hold these labels"
+    sub = tmp_path / "cases"
+    sub.mkdir()
+    for c in chosen:
+        shutil.copy(kb.cases_dir / f"{c.id}.yaml", sub / f"{c.id}.yaml")
+    kb.cases_dir = sub
+
+    report = cross_validate(kb, folds=3)
+    assert report["cases"] == len(chosen) == report["threads"]
+    for name in ("learned, grouped by thread", "learned, leave one framework out", "rules only (no case learning)",
+                 "plain hybrid retrieval"):
+        r = report[name]
+        assert r["n_in"] == 14 and r["n_out"] == 10 and 0.0 <= r["top1"] <= 1.0
+    conf = report["confusion"]
+    assert sum(t["n"] for t in conf.values()) == len(chosen)
+    assert all(t["right"] + sum(t["went_to"].values()) == t["n"] for t in conf.values())
+    assert "where the misses went" in format_cv(report)
+
+    out = tmp_path / "learned.json"
+    fit_case_ranker(kb, out=out)
+    ranker = learned.Ranker.load(out)
+    assert ranker is not None and ranker.text is not None
+    assert ranker.text.categories == ["fp16-overflow", "framework-bug"]
