@@ -52,13 +52,13 @@ class Settings(Limits):
 
     # Admission control per worker process: diagnoses (and chat answers) running at once, waiting beyond them,
     # and how long one may wait; past that 503 with Retry-After.
-    max_inflight: int = Field(default=4, ge=1)
+    max_inflight: int = Field(default=2, ge=1)
     max_queued: int = Field(default=8, ge=0)
     queue_wait_s: float = Field(default=10.0, gt=0)
     retry_after_s: int = Field(default=5, ge=1)
     # How often (ms) a thread that holds the GIL is asked to hand it over. Diagnoses are CPU-bound Python in
     # worker threads; the event loop that answers /healthz and queues requests needs the GIL between them.
-    gil_switch_ms: float = Field(default=5.0, gt=0, le=100)
+    gil_switch_ms: float = Field(default=1.0, gt=0, le=100)
     # Slow clients: a request's headers (enforced by the uvicorn protocol, api.server) and its whole body
     # (enforced by the body middleware) must arrive within these.
     header_timeout_s: float = Field(default=10.0, gt=0)
