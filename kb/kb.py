@@ -306,13 +306,14 @@ class KnowledgeBase:
         """(case index, fitted ranker) for diagnosis, or None when there is no case base or no fitted ranker."""
         with self._lock:
             if self._case_model is False:
-                from kb.diagnose.learned import CaseIndex, Ranker
+                from kb.diagnose.learned import CaseIndex, Ranker, TextModel
 
                 ranker = Ranker.load()
                 cases = self.cases if ranker is not None else []
                 self._case_model = None
                 if cases:
                     index = CaseIndex.build(cases, self.embedder, self.data_dir / "cases-index.npz")
+                    ranker.text = TextModel.for_cases(cases, self.data_dir / "cases-text.npz")
                     self._case_model = (index, ranker)
             return self._case_model or None
 

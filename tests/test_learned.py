@@ -85,20 +85,30 @@ def test_saved_text_model_round_trips_and_a_foreign_file_is_refused(tmp_path):
     assert TextModel.load(tmp_path / "missing.npz") is None
 
 
-def test_the_shipped_ranker_carries_its_text_model():
+def test_the_shipped_ranker_and_the_text_classifiers_fitted_from_the_case_base(repo_root, tmp_path):
+    from kb.cases import load_cases
+
     ranker = learned.Ranker.load()
-    assert ranker is not None and ranker.text is not None, "refit with `kb eval --cv --fit`"
+    assert ranker is not None, "refit with `kb eval --cv --fit`"
     assert len(ranker.weights) == len(learned.FEATURES)
-    assert set(ranker.text.categories) <= set(ranker.labels) and OUT_OF_SCOPE not in ranker.text.categories
-    scope, _ = ranker.text_scores("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")
+    cases, _ = load_cases(repo_root / "cases")
+    cache = tmp_path / "cases-text.npz"
+    text = TextModel.for_cases(cases, cache)
+    assert text is not None and cache.is_file()
+    assert set(text.categories) <= set(ranker.labels) and OUT_OF_SCOPE not in text.categories
+    oom = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB"
+    scope, _ = text.scores(oom)
     assert scope > 0
+    again = TextModel.for_cases(cases, cache)  # from the cache: the same model
+    assert again is not None and again.scores(oom)[0] == pytest.approx(scope, abs=1e-5)
+    assert TextModel.for_cases(cases[:-1], cache).scores(oom)[0] != pytest.approx(scope, abs=1e-7)  # refit
     w = dict(zip(learned.FEATURES, ranker.weights))
     assert w["text"] > 0 and w["oos_text"] > 0  # fitted, not hand-set: both features point the way they mean
 
 
 @pytest.mark.slow
-def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_ships_both_files(repo_root, tmp_path,
-                                                                                           tmp_path_factory):
+def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_writes_the_ranker(repo_root, tmp_path,
+                                                                                            tmp_path_factory):
     """`kb eval --cv --fit` end to end on a subset of the real case base (so it runs in seconds)."""
     import os
     import shutil
@@ -137,5 +147,6 @@ def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_ships_b
     out = tmp_path / "learned.json"
     fit_case_ranker(kb, out=out)
     ranker = learned.Ranker.load(out)
-    assert ranker is not None and ranker.text is not None
-    assert ranker.text.categories == ["fp16-overflow", "framework-bug"]
+    assert ranker is not None and len(ranker.weights) == len(learned.FEATURES)
+    text = TextModel.for_cases(chosen)
+    assert text is not None and text.categories == ["fp16-overflow", "framework-bug"]

@@ -190,7 +190,6 @@ def priors(labels: Sequence[str], all_labels: Sequence[str], smoothing: float = 
 
 
 # ------------------------------------------------------------------------------------------------ text classifiers
-TEXT_FILE = Path(__file__).with_name("learned-text.npz")
 # Hashed feature space: words (kb.tokenize, so Chinese is segmented) and character 2-4-grams of the lower-cased
 # text. Hashing (crc32, stable across runs) keeps the shipped weights a fixed-size array with no vocabulary.
 TEXT_DIM = 1 << 14
@@ -298,18 +297,43 @@ class TextModel:
         model = cls(s_w[:, 0].astype(np.float32), s_idf, c_w.astype(np.float32), c_idf, cats)
         return model, [(float(scope[j]), dict(zip(cats, map(float, cat[j])))) for j in range(len(counts))]
 
-    def save(self, path: Path = TEXT_FILE) -> None:
+    @classmethod
+    def for_cases(cls, cases: Sequence[Case], cache: Path | None = None) -> TextModel | None:
+        """The classifiers fitted on every case, as `kb eval --cv --fit` fitted them beside the ranker. Fitted from
+        the case base on first use (a few seconds) and cached under the data dir, keyed by the cases' texts and
+        labels, so an added or edited case refits them and nothing fitted is shipped in the package."""
+        if not cases:
+            return None
+        texts = [c.query() for c in cases]
+        labels = [label_of(c) for c in cases]
+        key = _texts_key([f"{lab}\0{t[:4000]}" for lab, t in zip(labels, texts)],
+                         f"text-{TEXT_DIM}-{SCOPE_RIDGE}-{CATEGORY_RIDGE}-{SCOPE_MIN_DF}-{CATEGORY_MIN_DF}")
+        if cache is not None:
+            model = cls.load(cache, key)
+            if model is not None:
+                return model
+        model, _ = cls.fit([text_counts(t) for t in texts], labels, range(len(texts)))
+        if cache is not None:
+            try:
+                model.save(cache, key)
+            except OSError:
+                pass  # a read-only data dir only costs the refit next time
+        return model
+
+    def save(self, path: Path, key: str = "") -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp.npz")
-        np.savez_compressed(tmp, dim=np.array(TEXT_DIM), scope_w=self.scope_w.astype(np.float16),
-                            scope_idf=self.scope_idf.astype(np.float16), cat_w=self.cat_w.astype(np.float16),
-                            cat_idf=self.cat_idf.astype(np.float16), categories=np.array(self.categories))
+        np.savez(tmp, dim=np.array(TEXT_DIM), key=np.array(key), scope_w=self.scope_w, scope_idf=self.scope_idf,
+                 cat_w=self.cat_w, cat_idf=self.cat_idf, categories=np.array(self.categories))
         tmp.replace(path)
 
     @classmethod
-    def load(cls, path: Path = TEXT_FILE) -> TextModel | None:
+    def load(cls, path: Path, key: str | None = None) -> TextModel | None:
+        """A saved model, or None when it is missing, damaged, of another size, or (with `key`) fitted on other
+        cases."""
         try:
             with np.load(path, allow_pickle=False) as z:
-                if int(z["dim"]) != TEXT_DIM:
+                if int(z["dim"]) != TEXT_DIM or (key is not None and str(z["key"]) != key):
                     return None
                 return cls(z["scope_w"].astype(np.float32), z["scope_idf"].astype(np.float32),
                            z["cat_w"].astype(np.float32), z["cat_idf"].astype(np.float32),
@@ -357,9 +381,7 @@ class Ranker:
             w -= lr * grad
         return cls(w, list(labels))
 
-    def save(self, path: Path = MODEL_FILE, meta: dict | None = None, text_path: Path | None = None) -> None:
-        if self.text is not None:
-            self.text.save(text_path or path.with_name(TEXT_FILE.name))
+    def save(self, path: Path = MODEL_FILE, meta: dict | None = None) -> None:
         data = {"features": list(FEATURES), "weights": [round(float(x), 6) for x in self.weights],
                 "labels": self.labels, "unsure_below": self.unsure_below, **(meta or {})}
         tmp = path.with_suffix(".tmp")
@@ -368,19 +390,17 @@ class Ranker:
 
     @classmethod
     def load(cls, path: Path = MODEL_FILE) -> Ranker | None:
-        """The shipped ranker and its text classifiers (read once per KnowledgeBase, offline), or None when
-        either is missing or was fitted for another feature set (refit with `kb eval --cv --fit`)."""
+        """The shipped ranker weights (read once per KnowledgeBase, offline), or None when missing or fitted for
+        another feature set (refit with `kb eval --cv --fit`). Its text classifiers come from the case base
+        (TextModel.for_cases)."""
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
         if data.get("features") != list(FEATURES):
             return None
-        text = TextModel.load(path.with_name(TEXT_FILE.name))
-        if text is None:
-            return None
         return cls(np.asarray(data["weights"], dtype=np.float64), list(data.get("labels", [])),
-                   float(data.get("unsure_below", UNSURE_BELOW)), text)
+                   float(data.get("unsure_below", UNSURE_BELOW)))
 
 
 def decide(probs: np.ndarray, labels: Sequence[str]) -> list[int]:
