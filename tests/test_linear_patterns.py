@@ -55,11 +55,13 @@ ADVERSARIAL = {
     "mixed": lambda n: ("x1_." * (n // 4)) + "=",
     "tabs": lambda n: "k" + "\t" * n + "v",
     "exclaim": lambda n: "!" * n + "a",
+    "heading spaces": lambda n: "# a" + " " * n + "b" + " " * n + "c",  # found by scripts/fuzz.py (ingest)
+    "list spaces": lambda n: "- a" + " " * n + "b" + " " * n + "c",
 }
 
 
 # Patterns the library only ever anchors at one position (`.match(text, pos)` right after a label), never scans.
-MATCH_ONLY = {"kb.facts.statements._VALUE"}
+MATCH_ONLY = {"kb.facts.statements._VALUE", "kb.facts.prose._SETTING_AFTER"}
 
 
 def _work(rx: re.Pattern[str], text: str, scan: bool = True) -> float:

@@ -16,7 +16,7 @@ from kb.canonical import (
     is_loss_like,
 )
 from kb.facts.model import Facts
-from kb.facts.prefilter import Haystack
+from kb.facts.prefilter import Haystack, fold
 
 # A clause that reports a dtype as working is the fix, not the failing run.
 _GOOD = re.compile(r"\b(?:correct|works?|worked|working|fine|ok|okay|normal|solved|fix(?:es|ed)?|no (?:nan|problem)|"
@@ -113,7 +113,9 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                 before = clause[max(0, m.start() - 40): m.start()]  # bounded: a slice per match, not the prefix
                 if _SETTING_AFTER.match(clause, m.end()) or _SETTING_BEFORE.search(before[-2:]):
                     continue
-                d = DTYPE_OF_WORD[m.group(1).lower()]
+                d = DTYPE_OF_WORD.get(fold(m.group(1)))  # fold: IGNORECASE matched "İ" / "ſ" too
+                if d is None:
+                    continue
                 if clause_good is None:
                     clause_good = bool(_GOOD.search(clause))
                 good = clause_good or bool(FIX_CUE.search(before))

@@ -25,7 +25,7 @@ from kb.canonical import (
     spec,
 )
 from kb.facts.model import Facts
-from kb.facts.prefilter import Haystack
+from kb.facts.prefilter import Haystack, fold
 
 
 @dataclass
@@ -238,7 +238,8 @@ def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
             out.append(Finding("zero_stage", int(m.group(1)), _snippet(text, m.start(), m.end()), "prose", m.start()))
     if not recommendation:
         for m in hay.gate(_NUM_GPUS).finditer(text):
-            n = _NUMBER_WORDS.get(m.group(1).lower()) or int(m.group(1))
+            word = fold(m.group(1))  # fold: IGNORECASE also matched "sİx" / "ſix"
+            n = _NUMBER_WORDS.get(word) or (int(word) if word.isdigit() else 0)
             if 1 <= n <= 1024:
                 out.append(Finding("num_gpus", n, _snippet(text, m.start(), m.end()), "prose", m.start()))
         for m in hay.gate(GPU_NAME).finditer(text):

@@ -13,7 +13,7 @@ from kb.canonical import (
     MODEL_NAMES_NEED_VERSION,
     canonical_algorithm,
 )
-from kb.facts.prefilter import Haystack
+from kb.facts.prefilter import Haystack, fold
 
 _ASCII_WORD = "A-Za-z0-9_"
 
@@ -130,10 +130,11 @@ _MODEL = re.compile(
 
 
 def _normalise_model(m: re.Match[str]) -> str | None:
-    fam = m.group("fam").lower()
+    # fold, not lower: IGNORECASE also matches "İ" / "ı" / "ſ" to i / s, which lower() does not map back.
+    fam = fold(m.group("fam"))
     ver = m.group("ver") or ""
     tail = m.group("tail") or ""
-    if fam in MODEL_NAMES_NEED_VERSION and not re.search(r"\d", ver + tail):
+    if fam not in MODEL_NAMES or (fam in MODEL_NAMES_NEED_VERSION and not re.search(r"\d", ver + tail)):
         return None
     name = MODEL_NAMES[fam]
     if ver:

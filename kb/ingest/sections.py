@@ -46,7 +46,18 @@ _BARE_SUFFIX = re.compile(r"^(建议|过程|分析|方案|方法|说明|详解|�
 _NUMBERING = re.compile(r"^(?:\d+(?:\.\d+)*[.、)）]?|[一二三四五六七八九十]+[、.．]|第[一二三四五六七八九十\d]+[章节部分][:：、]?|"
                         r"[（(][一二三四五六七八九十\d]+[)）])\s*")
 _SENTENCE_PUNCT = re.compile(r"[。，,；;！!？?]|\.\s|\.$")
-_MD_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_MD_HEADING_START = re.compile(r"^(#{1,6})\s+")
+
+
+def _md_heading(line: str) -> tuple[str, str] | None:
+    """(the `#`s, the heading text without closing `#`s) of a markdown heading line, else None.
+
+    Not one regex: `(.*?)\\s*#*\\s*$` backtracks in cubic time on a heading with long runs of spaces (a 2 KB
+    line took seconds)."""
+    m = _MD_HEADING_START.match(line)
+    if m is None:
+        return None
+    return m.group(1), line[m.end():].rstrip().rstrip("#").rstrip()
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+•·]|\d+[.)、]|[（(]\d+[)）])\s+")
 _CODE_FENCE = re.compile(r"^\s*(```|~~~)")
 
@@ -136,7 +147,7 @@ def join_broken_lines(lines: list[str]) -> list[str]:
             out[-1] = prev.rstrip() + glue + stripped
             continue
         cjk_open = bool(re.search(r"[\u4e00-\u9fff]$", prev_s)) and not bare_heading_kind(prev_s) \
-            and not _MD_HEADING.match(prev_s) and len(out) > 1
+            and not _md_heading(prev_s) and len(out) > 1
         code_start = bool(re.match(r"^(--?[A-Za-z_]|[A-Za-z][A-Za-z0-9.]{0,40}_|`)", stripped))
         if cjk_open and code_start and not bare_heading_kind(stripped):
             out[-1] = prev.rstrip() + " " + stripped
@@ -149,9 +160,9 @@ def _continues_paragraph(prev: str, cur: str) -> bool:
     """`cur` continues the sentence on `prev` (a long line cut without final punctuation)."""
     if not prev or not cur or len(prev) < 40 or re.search(r"[。.!！?？:：;；]$", prev):
         return False
-    if _MD_HEADING.match(prev) or bare_heading_kind(prev) or prev.startswith(("|", ">")):
+    if _md_heading(prev) or bare_heading_kind(prev) or prev.startswith(("|", ">")):
         return False
-    if _LIST_ITEM.match(cur) or _MD_HEADING.match(cur) or bare_heading_kind(cur) or _CODE_FENCE.match(cur):
+    if _LIST_ITEM.match(cur) or _md_heading(cur) or bare_heading_kind(cur) or _CODE_FENCE.match(cur):
         return False
     looks_like_subheading = len(cur) < 16 and not re.search(r"[。.!！?？,，;；:：]", cur)
     return not (cur.startswith(("|", ">", "    ")) or looks_like_subheading)
@@ -163,8 +174,8 @@ def split_sections(lines: list[str]) -> tuple[str, list[Section]]:
     body_start = 0
     for i, ln in enumerate(lines):
         if ln.strip():
-            m = _MD_HEADING.match(ln.strip())
-            cand = m.group(2) if m else ln.strip()
+            m = _md_heading(ln.strip())
+            cand = m[1] if m else ln.strip()
             is_section = (classify_heading(cand, markdown=True) if m else bare_heading_kind(cand)) is not None
             if not is_section:
                 title, body_start = cand.strip(), i + 1
@@ -177,18 +188,18 @@ def split_sections(lines: list[str]) -> tuple[str, list[Section]]:
             sections[-1].lines.append(ln)
             continue
         if not in_code:
-            m = _MD_HEADING.match(ln.strip())
+            m = _md_heading(ln.strip())
             if m:
-                kind = classify_heading(m.group(2), markdown=True)
-                level = len(m.group(1))
+                kind = classify_heading(m[1], markdown=True)
+                level = len(m[0])
                 if kind:
-                    sections.append(Section(kind, m.group(2).strip()))
+                    sections.append(Section(kind, m[1].strip()))
                     continue
                 if level <= 2 and not title:
-                    title = m.group(2).strip()
+                    title = m[1].strip()
                     continue
                 if level <= 2:
-                    sections.append(Section("other", m.group(2).strip()))
+                    sections.append(Section("other", m[1].strip()))
                     continue
                 # A deeper unknown heading is a sub-heading of the current section.
                 sections[-1].lines.append(ln.strip())
