@@ -360,6 +360,21 @@ def stop_server(server: subprocess.Popen) -> None:
         server.wait()
 
 
+def probe_health(url: str, stop: threading.Event, health: list[float], every_s: float) -> None:
+    """GET /healthz every `every_s` until `stop`, appending each answer's latency (30 s for no answer)."""
+    import httpx
+
+    with httpx.Client(timeout=30) as c:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                c.get(url + "/healthz")
+                health.append(time.perf_counter() - t0)
+            except httpx.HTTPError:
+                health.append(30.0)
+            time.sleep(every_s)
+
+
 def fuzz_api(n: int, rng: random.Random, args) -> dict[str, Any]:
     import httpx
 
@@ -372,18 +387,6 @@ def fuzz_api(n: int, rng: random.Random, args) -> dict[str, Any]:
     lock = threading.Lock()
     server, url = start_server(args, log)
     try:
-
-        def probe() -> None:
-            with httpx.Client(timeout=30) as c:
-                while not stop.is_set():
-                    t0 = time.perf_counter()
-                    try:
-                        c.get(url + "/healthz")
-                        health.append(time.perf_counter() - t0)
-                    except httpx.HTTPError:
-                        health.append(30.0)
-                    time.sleep(0.1)
-
         requests = [gen_request(rng, args.max_bytes) for _ in range(n)]
         it = iter(requests)
 
@@ -413,7 +416,7 @@ def fuzz_api(n: int, rng: random.Random, args) -> dict[str, Any]:
                             slow.append({"path": req["path"], "bytes": len(req["body"]), "status": key,
                                          "latency_s": round(took, 3)})
 
-        prober = threading.Thread(target=probe, daemon=True)
+        prober = threading.Thread(target=probe_health, args=(url, stop, health, 0.1), daemon=True)
         prober.start()
         threads = [threading.Thread(target=client) for _ in range(max(1, args.clients))]
         for t in threads:
@@ -583,17 +586,6 @@ def worst(clients: int, args) -> dict[str, Any]:
     stop = threading.Event()
     lock = threading.Lock()
 
-    def probe() -> None:
-        with httpx.Client(timeout=30) as c:
-            while not stop.is_set():
-                t0 = time.perf_counter()
-                try:
-                    c.get(url + "/healthz")
-                    health.append(time.perf_counter() - t0)
-                except httpx.HTTPError:
-                    health.append(30.0)
-                time.sleep(0.05)
-
     def client(k: int) -> None:
         with httpx.Client(timeout=120) as c:
             i = k
@@ -612,7 +604,7 @@ def worst(clients: int, args) -> dict[str, Any]:
                 i += 1
 
     try:
-        threads = [threading.Thread(target=probe, daemon=True)] + [
+        threads = [threading.Thread(target=probe_health, args=(url, stop, health, 0.05), daemon=True)] + [
             threading.Thread(target=client, args=(k,), daemon=True) for k in range(clients)]
         for t in threads:
             t.start()
