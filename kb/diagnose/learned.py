@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import threading
 import zlib
 from collections import Counter
 from collections.abc import Sequence
@@ -81,10 +83,10 @@ class CaseIndex:
         if dense is None:
             dense = embedder.encode(texts) if texts else np.zeros((0, 1), dtype=np.float32)
             if cache is not None:
-                cache.parent.mkdir(parents=True, exist_ok=True)
-                tmp = cache.with_suffix(".tmp.npz")
-                np.savez(tmp, key=np.array(key), dense=dense)
-                tmp.replace(cache)
+                try:
+                    _save_npz(cache, key=np.array(key), dense=dense)
+                except OSError:
+                    pass  # a read-only or full data dir only costs the embedding next time
         return cls(cases, np.asarray(dense, dtype=np.float32), BM25().fit([tokenize(t) for t in texts]))
 
     def similarities(self, text: str, qv: np.ndarray | None, embedder=None) -> np.ndarray:
@@ -96,6 +98,18 @@ class CaseIndex:
         bm = self.bm25.scores(tokenize(text[:4000]))
         top = float(bm.max()) if bm.size else 0.0
         return (0.5 * dense + 0.5 * (bm / top if top > 0 else bm)).astype(np.float32)
+
+
+def _save_npz(path: Path, **arrays: np.ndarray) -> None:
+    """Write atomically under a name of this process and thread: workers that fill the same cache at once each
+    replace it whole, never with another's half-written file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}-{threading.get_ident()}.tmp.npz")
+    try:
+        np.savez(tmp, **arrays)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _texts_key(texts: list[str], model: str) -> str:
@@ -321,11 +335,8 @@ class TextModel:
         return model
 
     def save(self, path: Path, key: str = "") -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp.npz")
-        np.savez(tmp, dim=np.array(TEXT_DIM), key=np.array(key), scope_w=self.scope_w, scope_idf=self.scope_idf,
-                 cat_w=self.cat_w, cat_idf=self.cat_idf, categories=np.array(self.categories))
-        tmp.replace(path)
+        _save_npz(path, dim=np.array(TEXT_DIM), key=np.array(key), scope_w=self.scope_w, scope_idf=self.scope_idf,
+                  cat_w=self.cat_w, cat_idf=self.cat_idf, categories=np.array(self.categories))
 
     @classmethod
     def load(cls, path: Path, key: str | None = None) -> TextModel | None:
