@@ -58,7 +58,7 @@ class Settings(Limits):
     retry_after_s: int = Field(default=5, ge=1)
     # How often (ms) a thread that holds the GIL is asked to hand it over. Diagnoses are CPU-bound Python in
     # worker threads; the event loop that answers /healthz and queues requests needs the GIL between them.
-    gil_switch_ms: float = Field(default=1.0, gt=0, le=100)
+    gil_switch_ms: float = Field(default=0.5, gt=0, le=100)
     # Slow clients: a request's headers (enforced by the uvicorn protocol, api.server) and its whole body
     # (enforced by the body middleware) must arrive within these.
     header_timeout_s: float = Field(default=10.0, gt=0)
