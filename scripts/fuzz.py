@@ -208,6 +208,13 @@ class Worker:
             self.proc.kill()
 
 
+def run_all(threads: list[threading.Thread]) -> None:
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def fuzz_library(target: str, n: int, rng: random.Random, args, save: Path | None,
                  only: set[int] | None = None) -> dict[str, Any]:
     """`n` inputs from `rng`, spread over --jobs worker processes (the inputs do not depend on the job count).
@@ -261,11 +268,7 @@ def fuzz_library(target: str, n: int, rng: random.Random, args, save: Path | Non
         finally:
             worker.close()
 
-    threads = [threading.Thread(target=drive) for _ in range(max(1, args.jobs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_all([threading.Thread(target=drive) for _ in range(max(1, args.jobs))])
     sizes.sort()
     worst = state["worst"]
     return {"inputs": n if only is None else len(only), "ok": counts["ok"], "kb_errors": counts["kberror"],
@@ -418,11 +421,7 @@ def fuzz_api(n: int, rng: random.Random, args) -> dict[str, Any]:
 
         prober = threading.Thread(target=probe_health, args=(url, stop, health, 0.1), daemon=True)
         prober.start()
-        threads = [threading.Thread(target=client) for _ in range(max(1, args.clients))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_all([threading.Thread(target=client) for _ in range(max(1, args.clients))])
     finally:
         stop.set()
         stop_server(server)
