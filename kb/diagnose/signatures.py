@@ -47,23 +47,24 @@ class MaskedLines:
 
     def __init__(self, lines: list[tuple[str, int, str]]):
         self.lines = lines
-        self.masked = [mask_line(s) for _, _, s in lines]
-        self._folded: tuple[list[str], list[str], str] | None = None
+        self.raw = [s for _, _, s in lines]
+        self.masked = [mask_line(s) for s in self.raw]
+        self._everything: str | None = None
         self._joined: tuple[str, list[int], str, list[int]] | None = None
         self._memo: dict[tuple[str, bool], int | None] = {}
-
-    def folded(self) -> tuple[list[str], list[str], str]:
-        if self._folded is None:
-            raw = [fold(s) for _, _, s in self.lines]
-            masked = [fold(s) for s in self.masked]
-            self._folded = (raw, masked, "\n".join(raw) + "\n" + "\n".join(masked))
-        return self._folded
 
     def joined(self) -> tuple[str, list[int], str, list[int]]:
         """The raw lines joined by newlines with each line's start, and the same for the masked lines."""
         if self._joined is None:
-            self._joined = (*_join([s for _, _, s in self.lines]), *_join(self.masked))
+            self._joined = (*_join(self.raw), *_join(self.masked))
         return self._joined
+
+    def everything(self) -> str:
+        """Raw and masked lines together, case-folded once, for the prefilters."""
+        if self._everything is None:
+            raw, _, masked, _ = self.joined()
+            self._everything = fold(raw + "\n" + masked)
+        return self._everything
 
     def search(self, rx: re.Pattern[str], masked_too: bool = True, need: Requirement | None = None) -> int | None:
         """Index of the first line where `rx` matches (raw or masked); `need`: literals one of which a match holds."""
@@ -73,20 +74,16 @@ class MaskedLines:
         return self._memo[key]
 
     def _search(self, rx: re.Pattern[str], masked_too: bool, need: Requirement | None) -> int | None:
-        if need is not None:
-            raw_f, masked_f, everything = self.folded()
-            if not satisfied(need, everything):
-                return None
+        if need is not None and not satisfied(need, self.everything()):
+            return None
         if _joined_search_exact(rx.pattern, rx.flags):
             raw, raw_starts, masked, masked_starts = self.joined()
-            first = _first_line(rx, raw, raw_starts, [s for _, _, s in self.lines])
+            first = _first_line(rx, raw, raw_starts, self.raw)
             if masked_too:
                 m = _first_line(rx, masked, masked_starts, self.masked, stop=first)
                 first = m if first is None or (m is not None and m < first) else first
             return first
-        for i, (_, _, s) in enumerate(self.lines):
-            if need is not None and not (satisfied(need, raw_f[i]) or (masked_too and satisfied(need, masked_f[i]))):
-                continue
+        for i, s in enumerate(self.raw):
             if rx.search(s) or (masked_too and rx.search(self.masked[i])):
                 return i
         return None

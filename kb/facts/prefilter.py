@@ -109,8 +109,8 @@ NEVER = _Never()
 class Haystack:
     """A text, case-folded once, asked which patterns could match anywhere in it."""
 
-    def __init__(self, text: str):
-        self.folded = fold(text)
+    def __init__(self, text: str, folded: str | None = None):
+        self.folded = fold(text) if folded is None else folded
 
     def may(self, rx: re.Pattern[str]) -> bool:
         return satisfied(requirement(rx.pattern, rx.flags), self.folded)

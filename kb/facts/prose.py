@@ -136,7 +136,7 @@ class _Joined:
     def __init__(self, lines: list[tuple[int, str]]):
         self.lines = lines
         self.text = "\n".join(s for _, s in lines)
-        self.low = self.text.lower()
+        self.low = fold(self.text)
         self.starts: list[int] = []
         pos = 0
         for _, s in lines:
@@ -196,7 +196,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             facts.set("model_family", got[0], "text", got[1], got[2], source)
     mentions_ds = re.search(r"deepspeed|zero", joined.text, re.IGNORECASE) is not None
     # Each pattern below runs on every line: one substring test over the paste drops those that cannot match.
-    hay = Haystack(joined.text)
+    hay = Haystack(joined.text, joined.low)
     sp, zero, collapse, shift_attn, kl_k3, length_norm, lora, prose_metric, trajectory, metric_rev, lr_fix, \
         loss_type, kto_words = (hay.gate(rx) for rx in (
             _SP, _ZERO, _COLLAPSE, _SHIFT_ATTN, _KL_K3, _LENGTH_NORM, _LORA, _PROSE_METRIC, _TRAJECTORY,
