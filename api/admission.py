@@ -1,4 +1,4 @@
-"""Admission control: at most N diagnoses in flight per worker process, a short bounded queue, then 503."""
+"""Admission control: at most N requests of one kind in flight per worker process, a bounded queue, then 503."""
 
 from __future__ import annotations
 
@@ -29,8 +29,9 @@ class Admission:
     beyond `max_inflight` running and `max_queued` waiting, a request is answered 503 + Retry-After at once,
     and a waiting one gets 503 after `wait_s`."""
 
-    def __init__(self, max_inflight: int, max_queued: int, wait_s: float, retry_after_s: int) -> None:
-        self.max_inflight, self.max_queued = max_inflight, max_queued
+    def __init__(self, max_inflight: int, max_queued: int, wait_s: float, retry_after_s: int,
+                 what: str = "diagnoses") -> None:
+        self.max_inflight, self.max_queued, self.what = max_inflight, max_queued, what
         self.wait_s, self.retry_after_s = wait_s, retry_after_s
         self.inflight = 0
         self.waiting = 0
@@ -46,7 +47,7 @@ class Admission:
             self._sem = asyncio.Semaphore(self.max_inflight)
         if self.saturated():
             self.rejected += 1
-            raise Overloaded(self.retry_after_s, f"{self.inflight} diagnoses running and {self.waiting} waiting")
+            raise Overloaded(self.retry_after_s, f"{self.inflight} {self.what} running and {self.waiting} waiting")
         self.waiting += 1
         try:
             await asyncio.wait_for(self._sem.acquire(), self.wait_s)

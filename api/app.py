@@ -89,6 +89,8 @@ def create_app(settings: Settings | None = None, kb=None, repro_runner: Runner |
     app.state.replay = ReplayCache(Path(kb.data_dir) / "chatops-replay.sqlite3", settings.replay_cache_rows)
     app.state.admission = Admission(settings.max_inflight, settings.max_queued, settings.queue_wait_s,
                                     settings.retry_after_s)
+    app.state.ask_admission = Admission(settings.ask_max_inflight, settings.ask_max_queued,
+                                        settings.ask_queue_wait_s, settings.retry_after_s, what="answers")
     app.state.feishu_token = _TenantToken()
     app.state.jobs = JobManager(Path(kb.data_dir) / "jobs", Path(kb.incidents_dir), settings.repro_concurrency,
                                 settings.repro_max_pending, settings.repro_timeout_s, runner=repro_runner,

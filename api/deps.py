@@ -41,6 +41,10 @@ def get_admission(request: Request) -> Admission:
     return request.app.state.admission
 
 
+def get_ask_admission(request: Request) -> Admission:
+    return request.app.state.ask_admission
+
+
 def get_replay(request: Request) -> ReplayCache:
     return request.app.state.replay
 
@@ -59,6 +63,7 @@ KBDep = Annotated[KnowledgeBase, Depends(get_kb)]
 JobsDep = Annotated[JobManager, Depends(get_jobs)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 AdmissionDep = Annotated[Admission, Depends(get_admission)]
+AskAdmissionDep = Annotated[Admission, Depends(get_ask_admission)]
 ReplayDep = Annotated[ReplayCache, Depends(get_replay)]
 HttpDep = Annotated[httpx.AsyncClient, Depends(get_http)]
 IngestLockDep = Annotated[threading.Lock, Depends(get_ingest_lock)]

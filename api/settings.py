@@ -56,6 +56,11 @@ class Settings(Limits):
     max_queued: int = Field(default=8, ge=0)
     queue_wait_s: float = Field(default=10.0, gt=0)
     retry_after_s: int = Field(default=5, ge=1)
+    # /v1/ask has its own lane: an answer costs a few ms, so a deep queue drains in well under a second and
+    # asks are never turned away because diagnoses hold the slots (nor the reverse).
+    ask_max_inflight: int = Field(default=2, ge=1)
+    ask_max_queued: int = Field(default=64, ge=0)
+    ask_queue_wait_s: float = Field(default=2.0, gt=0)
     # How often (ms) a thread that holds the GIL is asked to hand it over. Diagnoses are CPU-bound Python in
     # worker threads; the event loop that answers /healthz and queues requests needs the GIL between them.
     gil_switch_ms: float = Field(default=0.5, gt=0, le=100)

@@ -441,6 +441,29 @@ def test_overload_gets_503_with_retry_after_and_health_stays_up(small_server):
     assert again.status_code == 200
 
 
+@pytest.mark.parametrize("small_server", [{"ask_max_inflight": 1, "ask_max_queued": 0}], indirect=True)
+def test_ask_has_its_own_lane(small_server):
+    """A diagnosis holding every diagnosis slot does not turn questions away, and a full ask lane says so."""
+    url, app, port = small_server
+    holder = _partial_request(port)
+    try:
+        _wait_until(lambda: app.state.admission.inflight == 1)
+        assert httpx.post(url + "/v1/diagnose", json={"log": "loss nan"}, timeout=60).status_code == 503
+        answered = httpx.post(url + "/v1/ask", json={"question": "DPO NLL loss nan"}, timeout=60)
+        assert answered.status_code == 200, answered.text[:300]
+        assert answered.json()["results"]
+    finally:
+        holder.close()
+    lane = app.state.ask_admission
+    lane.inflight = lane.max_inflight  # as if a question were running: the next one has no queue to wait in
+    try:
+        busy = httpx.post(url + "/v1/ask", json={"question": "DPO NLL loss nan"}, timeout=60)
+    finally:
+        lane.inflight = 0
+    assert_error(busy, 503, "overloaded")
+    assert "answers running" in busy.json()["error"]["message"]
+
+
 def _metric(app, name: str, labels: dict[str, str]) -> float:
     return app.state.metrics.registry.get_sample_value(name, labels) or 0.0
 

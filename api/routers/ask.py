@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from api.admission import ensure_connected
-from api.deps import AdmissionDep, KBDep, SettingsDep, require_read_key
+from api.deps import AskAdmissionDep, KBDep, SettingsDep, require_read_key
 from api.errors import ERROR_RESPONSES
 from api.limits import check_question
 from kb.kb import AskResult
@@ -31,7 +31,7 @@ class AskRequest(BaseModel):
 
 @router.post("/ask", response_model=AskResult, responses=ERROR_RESPONSES)
 async def ask(request: Request, body: AskRequest, settings: SettingsDep, kb: KBDep,
-              admission: AdmissionDep) -> AskResult:
+              admission: AskAdmissionDep) -> AskResult:
     """Answer a question in English or Chinese; `abstained` is true when nothing in the KB fits well."""
     check_question(body.question, settings)
     filters = body.filters.model_dump(exclude_none=True) if body.filters else None
