@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -102,7 +103,11 @@ class KnowledgeBase:
         self.incidents_dir = incidents_dir
         self.model_name = model
         self.progress = progress
-        self.store = RecordStore(data_dir / "store.sqlite")
+        try:
+            self.store = RecordStore(data_dir / "store.sqlite")
+        except (OSError, sqlite3.Error) as e:
+            raise InputError(f"cannot use the data dir {data_dir} (--data-dir / KB_DATA_DIR): "
+                             f"{getattr(e, 'strerror', None) or e}") from None
         self.load_problems: list[str] = []
         self._lock = threading.RLock()
         self._records: dict[str, Incident] | None = None

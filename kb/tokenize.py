@@ -47,6 +47,14 @@ def _get_jieba():
     return _jieba
 
 
+def load_segmenter() -> None:
+    """Load jieba's dictionary (and any saved segmentations registered so far) now: a server that forks its
+    workers does this once, before the fork, so the workers share it."""
+    with _jieba_lock:
+        _load_pending()
+    _get_jieba().initialize()
+
+
 def _jieba_cache_dir() -> str | None:
     from kb import paths
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -549,3 +550,76 @@ def test_a_client_that_hangs_up_mid_body_is_not_a_server_error(small_server, cap
 def test_hostile_json_bodies_are_422(client, body):
     resp = client.post("/v1/diagnose", content=body, headers={"content-type": "application/json"})
     assert_error(resp, 422, "invalid_input")
+
+
+# ---------------------------------------------------------------- kb serve --workers
+def _listening_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _smaps(pid: int) -> dict[str, int]:
+    out = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        key, _, rest = line.partition(":")
+        out[key] = int(rest.split()[0])
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="needs Linux /proc/PID/smaps_rollup")
+def test_kb_serve_forks_workers_that_share_the_loaded_model(tmp_path_factory, repo_root):
+    """`kb serve --workers 2` loads the model and jieba once, then forks: the workers answer, and most of what
+    each holds is pages shared with the others (PSS well under RSS), not a private copy per worker."""
+    import signal
+
+    port = _listening_port()
+    env = {**os.environ, "KB_DATA_DIR": prebuilt_data_dir(tmp_path_factory, repo_root),
+           "KB_INCIDENTS_DIR": str(repo_root / "incidents"), "KB_DAEMON": "off"}
+    proc = subprocess.Popen([sys.executable, "-m", "kb", "serve", "--workers", "2", "--port", str(port)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300  # a guard against a hang, not a speed target
+        while True:
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            try:
+                if httpx.get(url + "/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "server never became ready"
+            time.sleep(0.5)
+        for _ in range(6):  # both workers (the kernel spreads connections) answer ask and diagnose
+            assert httpx.post(url + "/v1/ask", json={"question": "DPO 训练 loss nan"}, timeout=60).status_code == 200
+            assert httpx.post(url + "/v1/diagnose", json={"log": "{'loss': nan, 'grad_norm': nan}"},
+                              timeout=60).status_code == 200
+        children = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+        workers = [p for p in children
+                   if "resource_tracker" not in Path(f"/proc/{p}/cmdline").read_text()]
+        assert len(workers) == 2
+        for pid in workers:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_text()
+            assert "spawn_main" not in cmdline  # forked from the loaded server, not a fresh interpreter
+            mem = _smaps(pid)
+            assert mem["Pss"] < 0.75 * mem["Rss"], mem
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_an_unusable_data_dir_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    env = {**os.environ, "KB_DATA_DIR": str(blocker / "data"), "KB_DAEMON": "off"}
+    for argv in (["ask", "loss nan"], ["serve", "--workers", "2", "--port", "9"]):
+        out = subprocess.run([sys.executable, "-m", "kb", *argv], env=env, capture_output=True, text=True,
+                             timeout=300, check=False)
+        assert out.returncode == 2, out.stderr[-2000:]
+        assert "Traceback" not in out.stderr and "cannot use the data dir" in out.stderr

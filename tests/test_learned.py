@@ -150,3 +150,30 @@ def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_writes_
     assert ranker is not None and len(ranker.weights) == len(learned.FEATURES)
     text = TextModel.for_cases(chosen)
     assert text is not None and text.categories == ["fp16-overflow", "framework-bug"]
+
+
+def test_case_index_caches_its_tokens_so_a_fresh_process_needs_no_jieba(repo_root, tmp_path):
+    """The cases' Chinese text is not in the index's saved segmentations; with the cut cached beside the
+    vectors a cold diagnosis opens the case index without loading jieba's dictionary, and gets the same BM25."""
+    import subprocess
+    import sys
+
+    script = f"""
+import sys
+from pathlib import Path
+from kb.cases import load_cases
+from kb.diagnose.learned import CaseIndex
+from kb.embed import StaticModel
+cases, _ = load_cases(Path({str(repo_root / "cases")!r}))
+idx = CaseIndex.build(cases, StaticModel(), Path({str(tmp_path / "cases-index.npz")!r}))
+print(int("jieba" in sys.modules), len(idx.bm25.vocab), round(float(idx.bm25.scores(["loss", "nan", "溢出"]).sum()), 4))
+"""
+    pytest.importorskip("static_model")
+    runs = [subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True,
+                           timeout=300)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    first, second = (r.stdout.split() for r in runs)
+    assert first[0] == "1" and second[0] == "0"  # the first run cut the Chinese text, the second read the cut
+    assert first[1:] == second[1:]

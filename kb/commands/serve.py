@@ -23,9 +23,9 @@ def register(sub) -> None:
     p.add_argument("--body-timeout", type=float, default=os.environ.get("KB_BODY_TIMEOUT_S", "30"),
                    help="seconds a client has to send a request's body, else 408 (default 30; env KB_BODY_TIMEOUT_S)")
     p.add_argument("--keep-alive", type=int, default=5, help="seconds an idle kept-alive connection stays open (5)")
-    p.add_argument("--max-inflight", type=int, default=os.environ.get("KB_MAX_INFLIGHT", "4"),
+    p.add_argument("--max-inflight", type=int, default=None,
                    help="diagnoses running at once per worker; beyond it and a short queue, 503 with Retry-After "
-                        "(default 4; env KB_MAX_INFLIGHT)")
+                        "(default 2; env KB_MAX_INFLIGHT)")
     p.add_argument("--limit-concurrency", type=int, default=None,
                    help="connections + tasks per worker before uvicorn answers 503 (default: no limit)")
     p.set_defaults(func=run)
@@ -37,6 +37,8 @@ def run(args) -> int:
 
     for name, value in (("header_timeout", args.header_timeout), ("body_timeout", args.body_timeout),
                         ("max_inflight", args.max_inflight)):
+        if name == "max_inflight" and value is None:
+            continue  # the server's own default
         if value is None or not math.isfinite(value) or value <= 0:
             raise InputError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
 
@@ -51,12 +53,13 @@ def run(args) -> int:
         args.workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if args.workers > 1:
         _bind_tcp_sockets_as_tcp()
-        # Build the index once here, before the workers start, so they do not race to build it.
-        from kb.commands._common import open_kb
-
-        open_kb(args, progress=False).build_index()
+        # Build the index once, before the workers start, so they do not race to build it. In a child process:
+        # a large build runs OpenMP threads (HNSW), and this process forks the workers next.
+        _build_index_in_child(args)
+        _preload_shared(args.model)
     os.environ["KB_BODY_TIMEOUT_S"] = str(args.body_timeout)
-    os.environ["KB_MAX_INFLIGHT"] = str(args.max_inflight)
+    if args.max_inflight is not None:
+        os.environ["KB_MAX_INFLIGHT"] = str(args.max_inflight)
     from api.server import uvicorn_options
 
     # SIGTERM / Ctrl-C: uvicorn stops accepting, waits up to the graceful timeout, then runs the app's shutdown,
@@ -66,6 +69,62 @@ def run(args) -> int:
                 **uvicorn_options(header_timeout_s=args.header_timeout, keep_alive_s=args.keep_alive,
                                   limit_concurrency=args.limit_concurrency))
     return 0
+
+
+def _build_index(data_dir: str | None, incidents_dir: str | None, model: str | None) -> None:
+    from kb.kb import KnowledgeBase
+
+    KnowledgeBase.open(data_dir=data_dir, incidents_dir=incidents_dir, model=model, progress=False).build_index()
+
+
+def _build_index_in_child(args) -> None:
+    """Run the build in a fresh process and re-raise its error here (the CLI prints it as usual)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pool.submit(_build_index, args.data_dir, args.incidents_dir, args.model).result()
+
+
+def _preload_shared(model: str | None) -> None:
+    """Load once, here, what every worker only reads: the code, the embedding model (its tokenizer is ~400k
+    small objects; its weights are mapped) and jieba's dictionary. Then freeze those objects out of the cyclic
+    GC, whose passes would otherwise write to every page holding them, and fork the workers from this
+    process (uvicorn spawns fresh interpreters by default), so they share these pages instead of each
+    loading its own copy. Measured in README "Speed and memory"."""
+    import gc
+    import multiprocessing
+
+    import uvicorn._subprocess as sub
+
+    import api.app  # noqa: F401 - the app's modules, imported once for every worker
+    from kb.embed import get_embedder
+    from kb.tokenize import load_segmenter
+
+    if not hasattr(sub, "spawn"):  # another uvicorn layout: workers start fresh, as uvicorn does by default
+        return
+    get_embedder(model)
+    load_segmenter()
+    _cap_malloc_arenas()
+    gc.collect()
+    gc.freeze()
+    sub.spawn = multiprocessing.get_context("fork")
+
+
+def _cap_malloc_arenas(arenas: int = 2) -> None:
+    """glibc gives each thread that allocates its own arena (up to 8 per core) and keeps their freed memory:
+    the threads that run requests then grow a worker by tens of MB. Two arenas, as MALLOC_ARENA_MAX=2 would,
+    unless the operator set that variable; forked workers inherit the setting. Not glibc: nothing to do."""
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-8, arenas)  # M_ARENA_MAX
+    except (OSError, AttributeError):
+        pass
 
 
 def _bind_tcp_sockets_as_tcp() -> None:

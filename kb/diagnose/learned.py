@@ -72,22 +72,31 @@ class CaseIndex:
     def build(cls, cases: list[Case], embedder, cache: Path | None = None) -> CaseIndex:
         texts = [c.query()[:2000] for c in cases]
         key = _texts_key(texts, getattr(embedder, "name", "?"))
-        dense = None
+        tokens_key = _texts_key(texts, _tokenizer_stamp())
+        dense, tokens = None, None
         if cache is not None and cache.is_file():
             try:
                 with np.load(cache, allow_pickle=False) as z:
                     if str(z["key"]) == key:
                         dense = z["dense"]
+                    if "tokens" in z and str(z["tokens_key"]) == tokens_key:
+                        tokens = _split_tokens(str(z["tokens"]), len(texts))
             except (OSError, ValueError, KeyError):
-                dense = None
-        if dense is None:
-            dense = embedder.encode(texts) if texts else np.zeros((0, 1), dtype=np.float32)
+                dense, tokens = None, None
+        if dense is None or tokens is None:
+            # The cases' Chinese text is not in the index's saved segmentations: tokenizing it loads jieba's
+            # dictionary (1-2 s, ~100 MB), so the cuts are cached with the vectors.
+            if dense is None:
+                dense = embedder.encode(texts) if texts else np.zeros((0, 1), dtype=np.float32)
+            if tokens is None:
+                tokens = [tokenize(t) for t in texts]
             if cache is not None:
                 try:
-                    _save_npz(cache, key=np.array(key), dense=dense)
+                    _save_npz(cache, key=np.array(key), dense=dense, tokens_key=np.array(tokens_key),
+                              tokens=np.array(_join_tokens(tokens)))
                 except OSError:
                     pass  # a read-only or full data dir only costs the embedding next time
-        return cls(cases, np.asarray(dense, dtype=np.float32), BM25().fit([tokenize(t) for t in texts]))
+        return cls(cases, np.asarray(dense, dtype=np.float32), BM25().fit(tokens))
 
     def similarities(self, text: str, qv: np.ndarray | None, embedder=None) -> np.ndarray:
         if not self.cases:
@@ -110,6 +119,31 @@ def _save_npz(path: Path, **arrays: np.ndarray) -> None:
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _tokenizer_stamp() -> str:
+    """Names the tokenizer's behaviour: its source and jieba's version (a change re-tokenizes cached text)."""
+    import hashlib
+    from importlib import metadata
+
+    from kb import tokenize as tok
+
+    try:
+        jieba_version = metadata.version("jieba")
+    except metadata.PackageNotFoundError:
+        jieba_version = "?"
+    return "tokens-" + jieba_version + "-" + hashlib.sha256(Path(tok.__file__).read_bytes()).hexdigest()
+
+
+def _join_tokens(tokens: list[list[str]]) -> str:
+    return "\x1e".join("\x1f".join(t) for t in tokens)
+
+
+def _split_tokens(blob: str, n: int) -> list[list[str]] | None:
+    rows = blob.split("\x1e") if n else []
+    if len(rows) != n:
+        return None
+    return [r.split("\x1f") if r else [] for r in rows]
 
 
 def _texts_key(texts: list[str], model: str) -> str:
