@@ -40,8 +40,10 @@ class Target:
     @property
     def key(self) -> str:
         # The interpreter and package location are part of the key: another checkout or venv gets its own
-        # daemon instead of answers from code it does not run.
-        raw = f"{self.incidents_dir}|{self.model}|{_PACKAGE_DIR}|{sys.executable}|{PROTOCOL}"
+        # daemon instead of answers from code it does not run. The interpreter by its real path and prefix:
+        # `kb` run through a pyenv shim is python3.11 and `python -m kb` is python, the same interpreter.
+        raw = (f"{self.incidents_dir}|{self.model}|{_PACKAGE_DIR}|{os.path.realpath(sys.executable)}|"
+               f"{sys.prefix}|{PROTOCOL}")
         return hashlib.sha1(raw.encode()).hexdigest()[:12]
 
     @property

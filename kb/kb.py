@@ -118,6 +118,7 @@ class KnowledgeBase:
         self.cases_dir = paths.cases_dir(incidents=incidents_dir)
         self._case_model: tuple[Any, Any] | None | bool = False  # False: not loaded yet
         self._query_vectors: dict[str, np.ndarray] = {}
+        self._last_search: tuple[tuple, list[SearchHit]] | None = None
 
     @classmethod
     def open(cls, data_dir: str | os.PathLike | None = None, incidents_dir: str | os.PathLike | None = None,
@@ -248,6 +249,19 @@ class KnowledgeBase:
         text = check_text(text, "query")
         b = self._index()
         recs = self.records
+        # `ask` searches, then diagnoses the same question, which searches again with the same arguments.
+        memo_key = (text, k, tuple(sorted(filters.items())) if filters else (), mode, weights, id(b), id(recs))
+        with self._lock:
+            if self._last_search is not None and self._last_search[0] == memo_key:
+                return list(self._last_search[1])
+        hits = self._search(text, k, filters, mode, weights, b, recs)
+        with self._lock:
+            self._last_search = (memo_key, hits)
+        return list(hits)
+
+    def _search(self, text: str, k: int, filters: dict[str, str] | None, mode: str,
+                weights: tuple[float, float] | None, b: index_bundle.IndexBundle,
+                recs: dict[str, Incident]) -> list[SearchHit]:
         q_tokens = tokenize(text)
         bm = b.bm25.scores(q_tokens)
         qv = self.embed_query(text)
@@ -342,7 +356,10 @@ class KnowledgeBase:
             raise InputError("empty question")
         question = check_text(question, "question")
         lang = detect_lang(question)
-        hits = self.search(question, k=max(k, 10), filters=filters)
+        # The diagnosis below searches with RETRIEVAL_K: asking for as many here lets it reuse this search.
+        from kb.diagnose.engine import RETRIEVAL_K
+
+        hits = self.search(question, k=max(k, 10, RETRIEVAL_K), filters=filters)
         by_id = {h.id: h for h in hits}
         order: list[str] = []
         abstained, reason = False, ""

@@ -10,7 +10,8 @@ KnowledgeBase.build_index. The build runs in a fresh process (its peak RSS is re
 process, kb's `search` and txtai's hybrid search (BM25 + dense, `pip install txtai`, not a dependency of kb)
 answer the same questions over the same rows with the same embedding model instance, alternating, so both
 see the same machine load. Reported: build time and its parts, rows/s, index type, ask p50/p95, search
-p50/p95 for kb and txtai, and the ratio.
+p50/p95 for kb and txtai end to end (the question embedded every time) and with the query vector given (each
+library's own retrieval), and both ratios.
 """
 
 from __future__ import annotations
@@ -70,11 +71,11 @@ from kb.index.bundle import rows_for, DENSE_CHARS
 qs = {qs}
 kb = KnowledgeBase.open()
 t = time.perf_counter(); kb.ask(qs[0]); first = time.perf_counter() - t
-ask, kbs, txs = [], [], []
+ask = []
 emb = None
+import numpy as np
 if {use_txtai!r}:
     from txtai import Embeddings
-    import numpy as np
     model = kb.embedder
     _, texts = rows_for(list(kb.records.values()))
     # txtai gets kb's own row vectors (same model, computed once by the kb build); queries it embeds itself.
@@ -87,20 +88,42 @@ if {use_txtai!r}:
     emb.index([(i, s[:DENSE_CHARS], None) for i, s in enumerate(texts)])
     txtai_build = time.perf_counter() - t
     emb.search(qs[0], 10)
+# Two readings of "retrieval speed", both timed for kb and txtai alternately on the same questions:
+#  - end to end: the question is embedded every time (kb's query-vector cache and search memo are emptied);
+#  - retrieval only: the query vector is given (kb's cache is warm; txtai's transform returns the same vector),
+#    so the time is what each library's own retrieval (BM25 + vector search + fusion) costs.
+qvec = {{q: kb.embed_query(q) for q in qs}}
+def transform_given(xs):
+    return np.stack([known[x] if x in known else qvec[x] if x in qvec else model.encode([x[:4000]], query=True)[0]
+                     for x in xs])
+emb_given = None
+if emb is not None:
+    emb_given = Embeddings(method='external', transform=transform_given, content=False, hybrid=True, backend='faiss')
+    emb_given.index([(i, s[:DENSE_CHARS], None) for i, s in enumerate(texts)])
+    emb_given.search(qs[0], 10)
+kb_e2e, kb_ret, tx_e2e, tx_ret = [], [], [], []
 for i in range({repeats}):
     q = qs[i % len(qs)]
     t = time.perf_counter(); kb.ask(q); ask.append((time.perf_counter() - t) * 1000)
-    t = time.perf_counter(); kb.search(q, k=10); kbs.append((time.perf_counter() - t) * 1000)
+    kb._query_vectors.clear(); kb._last_search = None
+    t = time.perf_counter(); kb.search(q, k=10); kb_e2e.append((time.perf_counter() - t) * 1000)
+    kb._last_search = None
+    t = time.perf_counter(); kb.search(q, k=10); kb_ret.append((time.perf_counter() - t) * 1000)
     if emb is not None:
-        t = time.perf_counter(); emb.search(q, 10); txs.append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter(); emb.search(q, 10); tx_e2e.append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter(); emb_given.search(q, 10); tx_ret.append((time.perf_counter() - t) * 1000)
 def pct(v, p):
     v = sorted(v); return round(v[min(len(v) - 1, int(p * (len(v) - 1)))], 2) if v else None
 RESULT = {{'open_and_first_ask_s': round(first, 2), 'ask_p50_ms': pct(ask, .5), 'ask_p95_ms': pct(ask, .95),
-          'kb_search_p50_ms': pct(kbs, .5), 'kb_search_p95_ms': pct(kbs, .95),
-          'txtai_search_p50_ms': pct(txs, .5), 'txtai_search_p95_ms': pct(txs, .95),
+          'kb_search_p50_ms': pct(kb_e2e, .5), 'kb_search_p95_ms': pct(kb_e2e, .95),
+          'kb_search_given_vector_p50_ms': pct(kb_ret, .5), 'kb_search_given_vector_p95_ms': pct(kb_ret, .95),
+          'txtai_search_p50_ms': pct(tx_e2e, .5), 'txtai_search_p95_ms': pct(tx_e2e, .95),
+          'txtai_search_given_vector_p50_ms': pct(tx_ret, .5),
+          'txtai_search_given_vector_p95_ms': pct(tx_ret, .95),
           'txtai_index_s': round(txtai_build, 1) if emb is not None else None, 'n': len(ask)}}
-if txs:
-    RESULT['txtai_over_kb_p50'] = round(pct(txs, .5) / pct(kbs, .5), 2)
+if tx_e2e:
+    RESULT['txtai_over_kb_p50'] = round(pct(tx_e2e, .5) / pct(kb_e2e, .5), 2)
+    RESULT['txtai_over_kb_given_vector_p50'] = round(pct(tx_ret, .5) / pct(kb_ret, .5), 2)
 """
     return child(code, env)
 

@@ -154,3 +154,14 @@ def test_stop(env):
         pytest.fail("daemon process still alive after stop")
     r = kb(env, "ask", "--json", "DPO rpo_alpha nan")
     assert r.returncode in (0, 1), r.stderr  # 1 = abstained (kb ask exit codes)
+
+
+def test_one_interpreter_by_two_names_gets_one_daemon(tmp_path):
+    """`kb` through a pyenv shim runs python3.11, `python -m kb` runs python: the same interpreter, one daemon.
+    A symlink to the interpreter stands in for the second name."""
+    link = tmp_path / "python-by-another-name"
+    link.symlink_to(os.path.realpath(sys.executable))
+    code = "from kb import daemon; print(daemon.target('/tmp/d', '/tmp/i', '').key)"
+    keys = {subprocess.run([exe, "-c", code], capture_output=True, text=True, check=True, timeout=120).stdout
+            for exe in (sys.executable, str(link))}
+    assert len(keys) == 1 and keys != {""}
