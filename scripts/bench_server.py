@@ -35,10 +35,12 @@ def log_3kb() -> str:
              "--deepspeed ds_z3_config.json --fp16 --learning_rate 5e-6 --pref_beta 0.1")]
     lines += [f"{{'loss': {0.6931 - i * 0.004:.4f}, 'grad_norm': {3.1 + i * 0.07:.3f}, "
               f"'learning_rate': 5e-06, 'epoch': {i / 100:.2f}}}" for i in range(45)]
-    lines.append("[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768")
-    lines.append("{'loss': nan, 'grad_norm': nan, 'learning_rate': 5e-06, 'epoch': 0.46}")
-    text = "\n".join(lines)
-    return text[:3072]
+    tail = ["[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768",
+            "{'loss': nan, 'grad_norm': nan, 'learning_rate': 5e-06, 'epoch': 0.46}"]
+    # Metric lines are dropped (not the end cut off) to fit 3 KB: the overflow line and the NaN stay.
+    while len("\n".join(lines + tail)) > 3072:
+        lines.pop(1)
+    return "\n".join(lines + tail)
 
 
 def free_port() -> int:

@@ -74,7 +74,11 @@ def run(args) -> int:
 def _build_index(data_dir: str | None, incidents_dir: str | None, model: str | None) -> None:
     from kb.kb import KnowledgeBase
 
-    KnowledgeBase.open(data_dir=data_dir, incidents_dir=incidents_dir, model=model, progress=False).build_index()
+    kb = KnowledgeBase.open(data_dir=data_dir, incidents_dir=incidents_dir, model=model, progress=False)
+    kb.build_index()
+    # Also the case base's first-use work (its vectors, token cuts and the fitted text classifiers are cached in
+    # the data dir): done once here, the workers only read those caches instead of each computing them.
+    kb.case_model()
 
 
 def _build_index_in_child(args) -> None:
