@@ -60,3 +60,51 @@ def test_crash_mid_build_leaves_previous_index_usable(small_kb):
     assert survivor is not None and survivor.path == first.path
     assert not list(small_kb.index_root.glob(".build-*"))
     assert small_kb.ask("loss nan").results
+
+
+def test_array_fusion_ranks_exactly_as_the_reference_fusion():
+    """`fuse_arrays` (what search runs) and `fuse` (the readable reference) give the same order, scores and
+    ranks, ties included: few distinct values, missing dense (-1) and BM25 (0) scores, every mode."""
+    import numpy as np
+
+    from kb.index import fusion
+
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        n = int(rng.integers(0, 40))
+        ids = sorted({f"inc-{int(x):03d}" for x in rng.integers(0, 500, size=n)})
+        dense = np.round(rng.uniform(-0.2, 1.0, size=len(ids)), 1)  # rounded: many ties
+        dense[rng.random(len(ids)) < 0.3] = -1.0
+        bm = np.round(rng.uniform(0, 3, size=len(ids)), 0)
+        mode = ("hybrid", "bm25", "dense")[trial % 3]
+        ref = fusion.fuse({i: float(d) for i, d in zip(ids, dense) if d != -1.0},
+                          {i: float(v) for i, v in zip(ids, bm) if v > 0}, ids, mode=mode)
+        top, score, dr, br = fusion.fuse_arrays(dense, bm, k=len(ids), mode=mode)
+        assert [ids[j] for j in top] == [f.id for f in ref]
+        assert score.tolist() == [f.score for f in ref]
+        assert dr.tolist() == [f.dense_rank for f in ref]
+        assert [b or None for b in br.tolist()] == [f.bm25_rank for f in ref]
+
+
+def test_precomputed_bm25_impacts_give_the_same_scores_and_old_indexes_still_load(tmp_path):
+    import numpy as np
+
+    from kb.index.bm25 import BM25
+
+    rng = np.random.default_rng(1)
+    vocab = [f"t{i}" for i in range(60)] + ["loss", "nan", "序列并行"]
+    docs = [[vocab[int(j)] for j in rng.integers(0, len(vocab), size=int(rng.integers(0, 40)))] for _ in range(300)]
+    bm = BM25().fit(docs)
+    assert bm.impact is not None
+    queries = [["loss", "nan"], ["t3", "t3", "序列并行"], ["absent"], vocab[:20]]
+    with_impacts = [bm.scores(q) for q in queries]
+    bm.impact = None  # the per-query formula, as an index written before impacts existed computes it
+    for q, s in zip(queries, with_impacts):
+        assert np.array_equal(bm.scores(q), s)
+    bm.impact = bm._impacts()
+    bm.save(tmp_path / "bm25")
+    loaded = BM25.load(tmp_path / "bm25")
+    assert loaded.impact is not None and np.array_equal(loaded.scores(queries[0]), with_impacts[0])
+    (tmp_path / "bm25" / "impact.npy").unlink()  # the previous layout
+    old = BM25.load(tmp_path / "bm25")
+    assert old.impact is None and np.array_equal(old.scores(queries[1]), with_impacts[1])

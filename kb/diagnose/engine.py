@@ -135,6 +135,20 @@ def in_scope(facts: Facts) -> bool:
                 or facts.value("huge_metrics") or facts.value("output_collapse") or (errs - OUT_OF_SCOPE_ERRORS))
 
 
+_RULED: tuple[dict, list[Incident], frozenset[str]] | None = None
+
+
+def _ruled(records: dict[str, Incident]) -> tuple[list[Incident], frozenset[str]]:
+    """The records that carry rules of their own, computed once per loaded record set (a reload makes a new dict)."""
+    global _RULED
+    cached = _RULED
+    if cached is None or cached[0] is not records:
+        found = [inc for inc in records.values()
+                 if inc.triggers or inc.symptoms.signatures or inc.symptoms.errors]
+        cached = _RULED = (records, found, frozenset(inc.id for inc in found))
+    return cached[1], cached[2]
+
+
 def _meta_matches(inc: Incident, facts: Facts) -> list[tuple[str, Fact]]:
     """Structured fields of the incident that the paste agrees with (algorithm, framework, precision, config)."""
     out: list[tuple[str, Fact]] = []
@@ -283,7 +297,11 @@ def rank(kb: Searcher, facts: Facts, lines: list[tuple[str, int, str]], query: s
     symptom = in_scope(facts)
     masked = MaskedLines(lines) if mode == "full" else None
     cands = []
-    for inc in records.values():
+    # Records with no triggers, signatures or error strings (raw ingested documents) can only be reached through
+    # retrieval: scoring every one of them cost ~0.2 s per question at 10k records.
+    ruled, ruled_ids = _ruled(records)
+    pool = ruled + [records[i] for i in hits if i in records and i not in ruled_ids]
+    for inc in pool:
         if inc.id in exclude:
             continue
         c = Candidate(inc, retrieval=hits.get(inc.id))

@@ -18,6 +18,8 @@ class BM25:
         self.tfs = np.zeros(0, dtype=np.float32)
         self.doc_len = np.zeros(0, dtype=np.float32)
         self.idf = np.zeros(0, dtype=np.float32)
+        # Each posting's BM25 term weight, precomputed at build (None for an index written before it existed).
+        self.impact: np.ndarray | None = None
         self._avg: float | None = None
 
     @property
@@ -42,20 +44,35 @@ class BM25:
         self._avg = None
         n = max(len(docs), 1)
         self.idf = np.log(1.0 + (n - sizes + 0.5) / (sizes + 0.5)).astype(np.float32)
+        self.impact = self._impacts()
         return self
+
+    def _impacts(self) -> np.ndarray:
+        """What `scores` adds for each posting, computed once: the same float32 operations in the same order as
+        the per-query formula, so the scores are identical, and a query only gathers and adds."""
+        avg = self._avg_len()
+        idf = np.repeat(self.idf, np.diff(self.indptr))
+        norm = self.tfs + self.k1 * (1 - self.b + self.b * self.doc_len[self.doc_ids] / avg)
+        return (idf * self.tfs * (self.k1 + 1) / norm).astype(np.float32)
+
+    def _avg_len(self) -> float:
+        if self._avg is None:
+            self._avg = float(self.doc_len.mean()) or 1.0 if self.n_docs else 1.0
+        return self._avg
 
     def scores(self, query: list[str]) -> np.ndarray:
         out = np.zeros(self.n_docs, dtype=np.float32)
         if not self.n_docs:
             return out
-        if self._avg is None:
-            self._avg = float(self.doc_len.mean()) or 1.0
-        avg = self._avg
+        avg = self._avg_len()
         for term in set(query):
             j = self.vocab.get(term)
             if j is None:
                 continue
             sl = slice(self.indptr[j], self.indptr[j + 1])
+            if self.impact is not None:
+                out[self.doc_ids[sl]] += self.impact[sl]
+                continue
             d, tf = self.doc_ids[sl], self.tfs[sl]
             norm = tf + self.k1 * (1 - self.b + self.b * self.doc_len[d] / avg)
             out[d] += self.idf[j] * tf * (self.k1 + 1) / norm
@@ -67,6 +84,8 @@ class BM25:
         path.mkdir(parents=True, exist_ok=True)
         for name in ("indptr", "doc_ids", "tfs", "doc_len", "idf"):
             np.save(path / f"{name}.npy", np.ascontiguousarray(getattr(self, name)))
+        if self.impact is not None:
+            np.save(path / "impact.npy", np.ascontiguousarray(self.impact))
         # Tokens never contain whitespace (see kb.tokenize), so one per line is unambiguous.
         terms = sorted(self.vocab, key=self.vocab.__getitem__)
         (path / "vocab.txt").write_text("\n".join(terms), encoding="utf-8")
@@ -86,6 +105,9 @@ class BM25:
             # A plain ndarray view of the same mapped pages: np.memmap indexes through a Python-level
             # __getitem__, which cost ~4 us per posting-list slice in `scores`.
             setattr(bm, name, arr.view(np.ndarray) if mmap else arr)
+        if (path / "impact.npy").is_file():
+            arr = np.load(path / "impact.npy", mmap_mode=mode, allow_pickle=False)
+            bm.impact = arr.view(np.ndarray) if mmap else arr
         text = (path / "vocab.txt").read_text(encoding="utf-8")
         terms = text.split("\n") if text else []
         bm.vocab = dict(zip(terms, range(len(terms))))
