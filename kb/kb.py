@@ -118,7 +118,7 @@ class KnowledgeBase:
         self.cases_dir = paths.cases_dir(incidents=incidents_dir)
         self._case_model: tuple[Any, Any] | None | bool = False  # False: not loaded yet
         self._query_vectors: dict[str, np.ndarray] = {}
-        self._last_search: tuple[tuple, list[SearchHit]] | None = None
+        self._last_search: tuple | None = None
         self._ordinals: tuple | None = None
 
     @classmethod
@@ -251,13 +251,15 @@ class KnowledgeBase:
         b = self._index()
         recs = self.records
         # `ask` searches, then diagnoses the same question, which searches again with the same arguments.
-        memo_key = (text, k, tuple(sorted(filters.items())) if filters else (), mode, weights, id(b), id(recs))
+        # The memo holds the index and record set it was computed on (compared by identity, never by id()).
+        memo_key = (text, k, tuple(sorted(filters.items())) if filters else (), mode, weights)
         with self._lock:
-            if self._last_search is not None and self._last_search[0] == memo_key:
-                return list(self._last_search[1])
+            last = self._last_search
+            if last is not None and last[0] == memo_key and last[1] is b and last[2] is recs:
+                return list(last[3])
         hits = self._search(text, k, filters, mode, weights, b, recs)
         with self._lock:
-            self._last_search = (memo_key, hits)
+            self._last_search = (memo_key, b, recs, hits)
         return list(hits)
 
     def _search(self, text: str, k: int, filters: dict[str, str] | None, mode: str,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from server_support import wait_ready
 
 from api.app import create_app
 from api.loopback import LoopbackServer
@@ -582,16 +583,7 @@ def test_kb_serve_forks_workers_that_share_the_loaded_model(tmp_path_factory, re
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300  # a guard against a hang, not a speed target
-        while True:
-            assert proc.poll() is None, proc.stderr.read()[-3000:]
-            try:
-                if httpx.get(url + "/readyz", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "server never became ready"
-            time.sleep(0.5)
+        wait_ready(url, proc)
         for _ in range(6):  # both workers (the kernel spreads connections) answer ask and diagnose
             assert httpx.post(url + "/v1/ask", json={"question": "DPO 训练 loss nan"}, timeout=60).status_code == 200
             assert httpx.post(url + "/v1/diagnose", json={"log": "{'loss': nan, 'grad_norm': nan}"},

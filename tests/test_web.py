@@ -7,11 +7,11 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
+from server_support import wait_ready
 
 from api.loopback import free_port
 from api.routers.web import prefers_chinese
@@ -41,16 +41,7 @@ def server(tmp_path_factory, repo_root):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-            try:
-                if httpx.get(url + "/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "kb serve did not become ready"
-            time.sleep(0.3)
+        wait_ready(url, proc)
         yield url
     finally:
         proc.terminate()

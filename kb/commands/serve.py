@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 
 from kb.errors import InputError
 
@@ -102,12 +103,17 @@ def _preload_shared(model: str | None) -> None:
     import uvicorn._subprocess as sub
 
     import api.app  # noqa: F401 - the app's modules, imported once for every worker
-    from kb.embed import get_embedder
+    from kb.embed import PACKAGED, get_embedder, model_name_from_env
     from kb.tokenize import load_segmenter
 
-    if not hasattr(sub, "spawn"):  # another uvicorn layout: workers start fresh, as uvicorn does by default
+    # Only where fork is the platform's own way (Linux), only for the packaged numpy models (a torch model would
+    # bring thread pools a fork can break), and only with the uvicorn layout this was written against; else the
+    # workers start fresh, as uvicorn does by default.
+    name = model_name_from_env(model)
+    if (not sys.platform.startswith("linux") or not getattr(PACKAGED.get(name), "process_parallel", False)
+            or not hasattr(sub, "spawn")):
         return
-    get_embedder(model)
+    get_embedder(name)
     load_segmenter()
     _cap_malloc_arenas()
     gc.collect()
