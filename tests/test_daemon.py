@@ -156,12 +156,14 @@ def test_stop(env):
     assert r.returncode in (0, 1), r.stderr  # 1 = abstained (kb ask exit codes)
 
 
-def test_one_interpreter_by_two_names_gets_one_daemon(tmp_path):
-    """`kb` through a pyenv shim runs python3.11, `python -m kb` runs python: the same interpreter, one daemon.
-    A symlink to the interpreter stands in for the second name."""
+def test_one_interpreter_by_two_names_gets_one_daemon(tmp_path, monkeypatch):
+    """`kb` through a pyenv shim runs python3.11, `python -m kb` runs python: the same interpreter (same prefix),
+    one daemon. A symlink to this interpreter stands in for the second name."""
     link = tmp_path / "python-by-another-name"
-    link.symlink_to(os.path.realpath(sys.executable))
-    code = "from kb import daemon; print(daemon.target('/tmp/d', '/tmp/i', '').key)"
-    keys = {subprocess.run([exe, "-c", code], capture_output=True, text=True, check=True, timeout=120).stdout
-            for exe in (sys.executable, str(link))}
-    assert len(keys) == 1 and keys != {""}
+    link.symlink_to(sys.executable)
+    t = daemon.target("/tmp/d", "/tmp/i", "")
+    key = t.key
+    monkeypatch.setattr(sys, "executable", str(link))
+    assert t.key == key
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))  # another environment (a venv) gets its own daemon
+    assert t.key != key
