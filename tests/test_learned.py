@@ -155,6 +155,7 @@ def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_writes_
 def test_case_index_caches_its_tokens_so_a_fresh_process_needs_no_jieba(repo_root, tmp_path):
     """The cases' Chinese text is not in the index's saved segmentations; with the cut cached beside the
     vectors a cold diagnosis opens the case index without loading jieba's dictionary, and gets the same BM25."""
+    import os
     import subprocess
     import sys
 
@@ -163,14 +164,14 @@ import sys
 from pathlib import Path
 from kb.cases import load_cases
 from kb.diagnose.learned import CaseIndex
-from kb.embed import StaticModel
+from kb.embed import get_embedder
 cases, _ = load_cases(Path({str(repo_root / "cases")!r}))
-idx = CaseIndex.build(cases, StaticModel(), Path({str(tmp_path / "cases-index.npz")!r}))
+idx = CaseIndex.build(cases, get_embedder(), Path({str(tmp_path / "cases-index.npz")!r}))
 print(int("jieba" in sys.modules), len(idx.bm25.vocab), round(float(idx.bm25.scores(["loss", "nan", "溢出"]).sum()), 4))
 """
-    pytest.importorskip("static_model")
+    env = {**os.environ, "KB_DATA_DIR": str(tmp_path / "data")}  # model and jieba caches stay in the test's dir
     runs = [subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True,
-                           timeout=300)
+                           timeout=300, env=env)
             for _ in range(2)]
     for r in runs:
         assert r.returncode == 0, r.stderr[-2000:]
