@@ -76,6 +76,20 @@ class IngestOutcome(BaseModel):
     error: str = ""
 
 
+def _best_per_candidate(cand: np.ndarray, ords: np.ndarray, vals: np.ndarray, missing: float
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """For sorted candidate numbers `cand`: the best of `vals` over the rows whose number is each candidate
+    (`missing` where none is), and which candidates had a row at all."""
+    best = np.full(len(cand), missing)
+    pos = np.searchsorted(cand, ords)
+    ok = pos < len(cand)
+    ok[ok] = cand[pos[ok]] == ords[ok]
+    np.maximum.at(best, pos[ok], vals[ok])
+    present = np.zeros(len(cand), dtype=bool)
+    present[pos[ok]] = True
+    return best, present
+
+
 def _matches(inc: Incident, filters: dict[str, str] | None) -> bool:
     if not filters:
         return True
@@ -284,16 +298,8 @@ class KnowledgeBase:
         cand = cand[ord_ok[cand]]
         if filters:
             cand = cand[np.fromiter((_matches(recs[ord_ids[o]], filters) for o in cand), dtype=bool, count=len(cand))]
-        dense = np.full(len(cand), -1.0)
-        has_dense = np.zeros(len(cand), dtype=bool)
-        bm_best = np.zeros(len(cand))
-        for ords, vals, out in ((d_ord, d_sim, dense), (b_ord, b_score, bm_best)):
-            pos = np.searchsorted(cand, ords)
-            ok = pos < len(cand)
-            ok[ok] = cand[pos[ok]] == ords[ok]
-            np.maximum.at(out, pos[ok], vals[ok])
-            if out is dense:
-                has_dense[pos[ok]] = True
+        dense, has_dense = _best_per_candidate(cand, d_ord, d_sim, missing=-1.0)
+        bm_best, _ = _best_per_candidate(cand, b_ord, b_score, missing=0.0)
         try:
             top, score, dense_rank, bm_rank = fusion.fuse_arrays(dense, bm_best, k, mode=mode, weights=weights)
         except ValueError as e:
