@@ -17,6 +17,7 @@ def run(tmp_path_factory, repo_root):
         return subprocess.run([sys.executable, "-m", "kb.cli", *args], capture_output=True, text=True,
                               env=env, input=stdin, timeout=300, cwd=repo_root, check=False)
 
+    _run.env = env  # type: ignore[attr-defined]
     return _run
 
 
@@ -69,3 +70,15 @@ def test_schema_file_is_current(run, repo_root):
 def test_empty_question_is_rejected(run):
     r = run("ask", " ")
     assert r.returncode == 2 and "empty" in r.stderr
+
+
+def test_a_reader_that_leaves_early_is_not_an_abstention(run, repo_root):
+    """`kb ask ... | head -2`: the pipe closes before kb writes; exit 0 and no traceback, not 1 ("abstained")."""
+    run("index")  # the shared data dir has its index, so the run below only loads and answers
+    env = {**run.env, "KB_DAEMON": "off"}
+    proc = subprocess.Popen([sys.executable, "-m", "kb.cli", "ask", "DPO NLL loss nan"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=repo_root)
+    proc.stdout.close()  # the reader is gone before the first byte is written
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err.decode(errors="replace")[-2000:]
+    assert b"Traceback" not in err

@@ -21,13 +21,22 @@ EXIT_OK, EXIT_NOTHING, EXIT_BAD_INPUT, EXIT_UNKNOWN_ID, EXIT_GATE = 0, 1, 2, 3, 
 def _console(stderr: bool = False):
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # The reader left (`kb ask ... | head`). rich would exit 1, which reads as "abstained"; silence the
+            # stream as rich does and let the CLI end with 0, as it does for any BrokenPipeError.
+            self.quiet = True
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.file.fileno())
+            raise BrokenPipeError
+
     stream = sys.stderr if stderr else sys.stdout
     tty = stream.isatty()
     # On a terminal rich follows its width; piped, use $COLUMNS or a wide default so rows do not wrap at 80.
     width = None if tty else shutil.get_terminal_size((160, 24)).columns
     # Colour only on a terminal, and never with NO_COLOR (https://no-color.org) or TERM=dumb.
     no_color = bool(os.environ.get("NO_COLOR")) or os.environ.get("TERM") == "dumb"
-    return Console(file=stream, width=width, no_color=no_color, highlight=False, soft_wrap=False,
+    return _Console(file=stream, width=width, no_color=no_color, highlight=False, soft_wrap=False,
                    force_terminal=tty if not no_color else None, emoji=False)
 
 
