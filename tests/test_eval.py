@@ -124,3 +124,27 @@ def test_corpus_lines_load_as_labelled_queries(tmp_path):
     rows = pooled_rows([a, b])
     assert rows[0]["query"] == "fp16 loss nan" and rows[0]["source_url"] == "https://x/1"
     assert rows[0]["kind"] == "excerpt" and rows[1]["id"] != rows[0]["id"]
+
+
+def test_a_query_from_a_case_thread_is_flagged_and_held_out_without_the_case_model(tmp_path, repo_root):
+    """A labelled query whose thread is also a case: plain `kb eval` says its number is not held out, and
+    `--holdout` answers it without the case model (which cannot forget one case without a refit)."""
+    from kb.diagnose.evaluate import holdout_exclusions
+
+    kb = _tiny_kb(tmp_path)
+    (tmp_path / "cases").mkdir()
+    # The case names a curated incident the tiny knowledge base lacks: it would be refused, so drop the link.
+    text = (repo_root / "cases" / "gh-hiyouga-llamafactory-950.yaml").read_text(encoding="utf-8")
+    text = text.replace("incident: llamafactory-baichuan2-fp16-zero-loss", "incident: ''")
+    (tmp_path / "cases" / "gh-hiyouga-llamafactory-950.yaml").write_text(text, encoding="utf-8")
+    row = {"id": "q1", "query": "--fp16\n{'loss': 0.0}", "kind": "same-cause", "expected_category": "fp16-overflow",
+           "source_url": "https://github.com/hiyouga/LlamaFactory/issues/950"}
+    other = {**row, "id": "q2", "source_url": "https://github.com/o/r/issues/9"}
+    assert holdout_exclusions(kb, row) == {"case:gh-hiyouga-llamafactory-950"}
+    assert holdout_exclusions(kb, other) == frozenset()
+    plain = evaluate(kb, [row, other])
+    assert plain["from_case_threads"] == 1 and [q["case_thread"] for q in plain["queries"]] == [True, False]
+    assert "1 of 2 queries come from threads that are cases" in format_report(plain)
+    held = evaluate(kb, [row, other], holdout=True)
+    assert held["queries"][0]["excluded"] == ["case:gh-hiyouga-llamafactory-950"]
+    assert "come from threads that are cases" not in format_report(held)

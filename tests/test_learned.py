@@ -178,3 +178,23 @@ print(int("jieba" in sys.modules), len(idx.bm25.vocab), round(float(idx.bm25.sco
     first, second = (r.stdout.split() for r in runs)
     assert first[0] == "1" and second[0] == "0"  # the first run cut the Chinese text, the second read the cut
     assert first[1:] == second[1:]
+
+
+def test_a_case_from_an_incidents_own_thread_is_answered_without_that_incident(repo_root, tmp_path_factory):
+    """Cross-validation meets a report the curated incidents were written from as a new user's report: the
+    incidents citing its thread are left out of the rules' candidates and of the retrieval baseline."""
+    import os
+
+    from kb import KnowledgeBase
+    from kb.diagnose.evaluate import _case_views
+
+    data = os.environ.get("KB_DATA_DIR") or tmp_path_factory.mktemp("data")
+    kb = KnowledgeBase.open(data_dir=data, incidents_dir=repo_root / "incidents")
+    by_id = {c.id: c for c in kb.cases}
+    cited, other = by_id["gh-hiyouga-llamafactory-950"], by_id["gh-axolotl-ai-cloud-axolotl-1381"]
+    index = learned.CaseIndex.build([cited, other], kb.embedder)
+    rows = _case_views(kb, [cited, other], index)
+    assert rows[0]["excluded"] == ["llamafactory-baichuan2-fp16-zero-loss"]
+    assert "llamafactory-baichuan2-fp16-zero-loss" not in rows[0]["rules_incidents"]
+    assert rows[0]["rules_incidents"]  # the other incidents still answer it
+    assert rows[1]["excluded"] == []

@@ -263,7 +263,7 @@ def _decided_by(winner: Candidate, others: list[Candidate]) -> str:
     return "; ".join(parts)
 
 
-def _without(found: list[Any], exclude: frozenset[str], mode: str) -> list[Any]:
+def search_without(found: list[Any], exclude: frozenset[str], mode: str) -> list[Any]:
     """Search hits with `exclude` removed and the fusion redone over the rest (as if they were never indexed;
     only BM25's corpus statistics still include them)."""
     rest = {h.id: h for h in found if h.id not in exclude}
@@ -287,7 +287,7 @@ def rank(kb: Searcher, facts: Facts, lines: list[tuple[str, int, str]], query: s
             found = kb.search(query, k=len(records) if exclude else max(1, min(len(records), RETRIEVAL_K)),
                               mode="hybrid" if mode == "full" else mode)
             if exclude:
-                found = _without(found, exclude, "hybrid" if mode == "full" else mode)
+                found = search_without(found, exclude, "hybrid" if mode == "full" else mode)
             hits = {h.id: h for h in found}
             top_id = found[0].id if found else None
         except KBError as e:
