@@ -152,7 +152,9 @@ def test_divergence_without_a_known_mechanism_gets_the_framework_defect_route(re
 
 @pytest.mark.slow
 def test_ambiguous_report_asks_the_question_that_separates_and_an_answer_reranks(real_kb):
-    text = "DPO training with ms-swift: nll_loss is nan while the dpo loss is finite. rpo_alpha 1.0"
+    # Not the wording of the one ms-swift report in the case base (that thread's own words are answered with
+    # confidence): a short report that leaves the parallelism open.
+    text = "DPO with rpo_alpha: nll_loss nan, other metrics fine"
     d = real_kb.diagnose(text=text)
     facts = [q.fact for q in d.questions]
     assert d.differential and 1 <= len(d.questions) <= 3
@@ -163,7 +165,7 @@ def test_ambiguous_report_asks_the_question_that_separates_and_an_answer_reranks
     assert answered.diagnoses[0].category == "sequence-parallel-label-split"
     assert answered.diagnoses[0].confidence > next(
         (c.probability for c in d.differential if c.category == "sequence-parallel-label-split"), 0.0)
-    zh = real_kb.diagnose(text="用 ms-swift 做 DPO，nll_loss 一直是 nan，rpo_alpha 1.0")
+    zh = real_kb.diagnose(text="DPO 训练 nll_loss 为 nan")
     assert any(any("\u4e00" <= ch <= "\u9fff" for ch in q.question) for q in zh.questions)
 
 

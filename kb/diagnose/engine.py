@@ -471,9 +471,15 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
     # The rules overrode the ranker (a curated mechanism the real reports rarely show): the two disagree, so the
     # facts that would separate the candidates are asked for even when the rules are confident.
     overridden = best != labels[learned.decide(probs, labels)[0]]
-    if out.route != "mechanism" or overridden or (len(order) > 1 and float(probs[order[1]]) > prob[best] / 2):
+    unsettled = prob[best] < ASK_BELOW or (len(order) > 1 and float(probs[order[1]]) > prob[best] / 2)
+    if out.route != "mechanism" or overridden or unsettled:
         out.questions = differential_questions(facts, [lab for lab in shown[:3]], by_cat, lang)
     return out
+
+
+# Below this probability the first category is more likely wrong than right: the questions that would settle it
+# are asked even when it is shown as the diagnosis (a product choice, not fitted).
+ASK_BELOW = 0.5
 
 
 def differential_questions(facts: Facts, candidates: list[str], by_cat: dict[str, Candidate], lang: str,
