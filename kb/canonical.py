@@ -413,6 +413,12 @@ FIX_CUE = re.compile(r"(?:chang(?:e|ed|ing)\b.{0,25}\bto\b|switch(?:ed|ing)? (?:
                      r"调整到|调整为|改用|设置成|试试|就好了|后正常)", re.IGNORECASE)
 
 
+def is_limit_name(name: str) -> bool:
+    """A bound, not a measurement: `max_grad_norm`, `clip_ratio`, `reward_threshold` may be set to inf on purpose."""
+    n = name.lower().strip("'\"")
+    return n.startswith(("max", "min")) or any(w in n for w in ("clip", "threshold", "limit", "_cap"))
+
+
 def is_loss_like(name: str) -> bool:
     """`loss`, `nll_loss`, `train/loss`; not `loss_scale`, `kl_coef` or `loss_weight`."""
     n = name.lower()

@@ -65,6 +65,13 @@ def test_known_error_strings(text, err):
     assert f.evidence_for("errors", err).line == 1
 
 
+def test_a_lone_nan_metric_is_read_and_a_lone_setting_or_an_infinite_limit_is_not():
+    f = values("training went wrong after step 3\ngrad_norm=nan\n'loss': inf,")
+    assert set(f["nan_metrics"]) == {"grad_norm", "loss"} and "nan" in f["symptom"] and "inf" in f["symptom"]
+    quiet = values("max_grad_norm: inf\nclip_ratio=inf\nlearning_rate: 2e-5\nloss_type: sigmoid")
+    assert "nan_metrics" not in quiet
+
+
 def test_environment_dump():
     f = values("ms-swift=v3.1.0\ndeepspeed==0.14.0\ntorch==2.3.1\nPyTorch version: 2.5.0-rc10\n"
                "flash-attn==2.6.1\nGPU 0: Tesla V100-SXM2-32GB")

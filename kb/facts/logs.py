@@ -7,7 +7,14 @@ import math
 import re
 from dataclasses import dataclass
 
-from kb.canonical import ERROR_PATTERNS, GPU_NAME, GPU_WITHOUT_BF16, canonical_package, is_loss_like
+from kb.canonical import (
+    ERROR_PATTERNS,
+    GPU_NAME,
+    GPU_WITHOUT_BF16,
+    canonical_package,
+    is_limit_name,
+    is_loss_like,
+)
 from kb.facts.model import Facts
 from kb.facts.prefilter import Haystack
 
@@ -108,7 +115,8 @@ def parse_metric_records(lines: list[tuple[int, str]]) -> list[Record]:
         else:
             header = None
         pairs = [(m.group("k"), m.group("v")) for m in _PAIR.finditer(s)]
-        if not pairs:
+        loose = not pairs
+        if loose:
             pairs = [(m.group("k"), m.group("v")) for m in _LOOSE_PAIR.finditer(s) if _METRIC_WORD.search(m.group("k"))]
         # "'loss': 1.19e+34, 'grad_norm': nan, then 'loss': 0.0": a repeated key starts the next record.
         group: list[tuple[str, str]] = []
@@ -117,12 +125,22 @@ def parse_metric_records(lines: list[tuple[int, str]]) -> list[Record]:
                 rec = _record_from_pairs(n, s, group) if len(group) >= 2 or (records and group) else None
                 if rec is None and group and records and records[-1].line == n:
                     rec = _single(n, s, group)
+                if rec is None and not loose and len(group) == 1 and _nonfinite_metric(*group[0]):
+                    rec = _single(n, s, group)
                 if rec:
                     records.append(rec)
                 group = []
             if k:
                 group.append((k, v))
     return records
+
+
+def _nonfinite_metric(k: str, v: str) -> bool:
+    """`grad_norm=nan` or `'loss': inf,` alone on a line is a metric, not a setting: no config holds a NaN. Limits
+    and thresholds (`max_grad_norm: inf`, `clip_ratio=inf`) can be infinite on purpose and are not read."""
+    name = k.lower()
+    return (bool(re.fullmatch(r"[-+]?(?:nan|inf(?:inity)?)", v, re.IGNORECASE)) and bool(_METRIC_WORD.search(name))
+            and name not in _STEP_KEYS and not is_limit_name(name))
 
 
 def _single(n: int, s: str, group: list[tuple[str, str]]) -> Record | None:

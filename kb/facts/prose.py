@@ -13,6 +13,7 @@ from kb.canonical import (
     FIX_CUE,
     FRAMEWORKS,
     MODEL_FAMILIES,
+    is_limit_name,
     is_loss_like,
 )
 from kb.facts.model import Facts
@@ -258,6 +259,8 @@ _KTO_WORDS = re.compile(r"\b(?:un)?desir(?:ed|able)\b(?:\s+(?:completions?|examp
 
 def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: str) -> None:
     name = name.strip("/").lower()
+    if is_limit_name(name):
+        return  # `max_grad_norm: inf` is a setting
     if name in ("accuracy",):
         name = "acc"
     v = value.lower()
