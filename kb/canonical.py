@@ -416,7 +416,7 @@ FIX_CUE = re.compile(r"(?:chang(?:e|ed|ing)\b.{0,25}\bto\b|switch(?:ed|ing)? (?:
 def is_limit_name(name: str) -> bool:
     """A bound, not a measurement: `max_grad_norm`, `clip_ratio`, `reward_threshold` may be set to inf on purpose."""
     n = name.lower().strip("'\"")
-    return n.startswith(("max", "min")) or any(w in n for w in ("clip", "threshold", "limit", "_cap"))
+    return bool(re.match(r"(?:max|min)[_\-]", n)) or any(w in n for w in ("clip", "threshold", "limit", "_cap"))
 
 
 def is_loss_like(name: str) -> bool:

@@ -70,6 +70,7 @@ def test_a_lone_nan_metric_is_read_and_a_lone_setting_or_an_infinite_limit_is_no
     assert set(f["nan_metrics"]) == {"grad_norm", "loss"} and "nan" in f["symptom"] and "inf" in f["symptom"]
     quiet = values("max_grad_norm: inf\nclip_ratio=inf\nlearning_rate: 2e-5\nloss_type: sigmoid")
     assert "nan_metrics" not in quiet
+    assert values("minibatch_loss=nan")["nan_metrics"] == ["minibatch_loss"]  # "min" as a word only
 
 
 def test_environment_dump():

@@ -62,6 +62,9 @@ CALIBRATION_FILE = Path(__file__).with_name("calibration.json")
 DEFAULT_WEIGHTS = {"bias": -4.0, "trigger": 3.0, "partial": 1.0, "blocked": -2.5, "signature": 1.5, "meta": 1.5,
                    "retrieval": 2.0, "top_retrieval": 0.8, "dense": 1.0, "symptom": 0.8}
 ABSTAIN_BELOW = 0.25
+# Below this probability the first category is more likely wrong than right: the questions that would settle it
+# are asked even when it is shown as the diagnosis (a product choice, not fitted).
+ASK_BELOW = 0.5
 RETRIEVAL_K = 20
 _QUERY_CHARS = 4000
 
@@ -475,11 +478,6 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
     if out.route != "mechanism" or overridden or unsettled:
         out.questions = differential_questions(facts, [lab for lab in shown[:3]], by_cat, lang)
     return out
-
-
-# Below this probability the first category is more likely wrong than right: the questions that would settle it
-# are asked even when it is shown as the diagnosis (a product choice, not fitted).
-ASK_BELOW = 0.5
 
 
 def differential_questions(facts: Facts, candidates: list[str], by_cat: dict[str, Candidate], lang: str,
