@@ -172,6 +172,15 @@ PRECISION_FLAGS: dict[str, tuple[str, str]] = {
     "fp16_full_eval": ("precision", "fp16"), "pure_bf16": ("precision", "bf16"),
 }
 
+# Lightning / litgpt precision strings -> (compute, weights) dtypes: "-mixed" is autocast over fp32 weights,
+# "-true" keeps the weights themselves in that dtype.
+LIGHTNING_PRECISION: dict[str, tuple[str, str | None]] = {
+    "16-mixed": ("fp16", None), "bf16-mixed": ("bf16", None), "16-true": ("fp16", "fp16"),
+    "bf16-true": ("bf16", "bf16"), "32-true": ("fp32", None), "64-true": ("fp32", None),
+    "transformer-engine": ("bf16", None),
+}
+
+
 def _clean_key(raw: str) -> str:
     k = raw.strip().strip("-").strip().lower().replace("-", "_")
     return re.sub(r"\s+", "_", k)

@@ -73,6 +73,15 @@ def test_a_lone_nan_metric_is_read_and_a_lone_setting_or_an_infinite_limit_is_no
     assert values("minibatch_loss=nan")["nan_metrics"] == ["minibatch_loss"]  # "min" as a word only
 
 
+def test_lightning_precision_strings_name_compute_and_weights():
+    got = values("python finetune/adapter.py --precision 16-true")
+    assert got["precision"] == "fp16" and got["weights_dtype"] == "fp16"
+    assert values('fabric = L.Fabric(precision="bf16-mixed")') == {"precision": "bf16"}
+    assert values("fine-tuning Falcon-7B with 16-true precision on V100, loss nan")["weights_dtype"] == "fp16"
+    assert values("loss nan with 16-true; switched to 16-mixed and it trained fine")["weights_dtype"] == "fp16"
+    assert "weights_dtype" not in values("loss nan with 16-mixed; switched to bf16-true and it trained fine")
+
+
 def test_environment_dump():
     f = values("ms-swift=v3.1.0\ndeepspeed==0.14.0\ntorch==2.3.1\nPyTorch version: 2.5.0-rc10\n"
                "flash-attn==2.6.1\nGPU 0: Tesla V100-SXM2-32GB")

@@ -12,6 +12,7 @@ from kb.canonical import (
     DTYPE_WORD,
     FIX_CUE,
     FRAMEWORKS,
+    LIGHTNING_PRECISION,
     MODEL_FAMILIES,
     is_limit_name,
     is_loss_like,
@@ -199,9 +200,9 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     # Each pattern below runs on every line: one substring test over the paste drops those that cannot match.
     hay = Haystack(joined.text, joined.low)
     sp, zero, collapse, shift_attn, kl_k3, length_norm, lora, prose_metric, trajectory, metric_rev, lr_fix, \
-        loss_type, kto_words = (hay.gate(rx) for rx in (
+        loss_type, kto_words, lightning = (hay.gate(rx) for rx in (
             _SP, _ZERO, _COLLAPSE, _SHIFT_ATTN, _KL_K3, _LENGTH_NORM, _LORA, _PROSE_METRIC, _TRAJECTORY,
-            _PROSE_METRIC_REV, _LR_FIX, _LOSS_TYPE, _KTO_WORDS))
+            _PROSE_METRIC_REV, _LR_FIX, _LOSS_TYPE, _KTO_WORDS, _LIGHTNING))
     attn = [(rx, impl) for rx, impl in _ATTN if hay.may(rx)]
     symptoms = [(rx, sym) for rx, sym in _SYMPTOM if hay.may(rx)]
     for n, s in lines:
@@ -226,6 +227,13 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             facts.set("average_log_prob", True, "text", n, s, source)
         if lora.search(s):
             facts.set("use_peft", True, "text", n, s, source)
+        for m in lightning.finditer(s):
+            if FIX_CUE.search(s[: m.start()]):
+                continue  # "switched to 16-mixed and it trained": the setting that worked, not the run's
+            compute, weights = LIGHTNING_PRECISION[m.group(0).lower()]
+            facts.set("precision", compute, "text", n, s, source)
+            if weights:
+                facts.set("weights_dtype", weights, "text", n, s, source)
         for m in prose_metric.finditer(s):
             if not _GAP_OK.match(m.group("gap")):
                 continue
@@ -243,6 +251,11 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         for rx, sym in symptoms:
             if rx.search(s):
                 facts.add("symptom", sym, "text", n, s, source)
+
+
+# Lightning / litgpt precision strings anywhere in a paste: `--precision 16-true`, `Fabric(precision="bf16-mixed")`,
+# "with 16-true precision".
+_LIGHTNING = re.compile(r"(?<![\w.\-])(?:(?:bf)?16|32|64)-(?:true|mixed)(?![\w\-])", re.IGNORECASE)
 
 
 # "lowered the lr and it trained", "After I set different lr for ... the loss becomes normal", "调小学习率后正常".

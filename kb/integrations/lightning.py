@@ -12,13 +12,9 @@ try:
 except ImportError:  # the older standalone package name
     from pytorch_lightning.callbacks import Callback
 
+from kb.canonical import LIGHTNING_PRECISION
 from kb.integrations.collect import Collected, deepspeed_config, derive_precision, model_facts
 from kb.integrations.monitor import Session
-
-# Lightning precision strings -> canonical (compute, weights) dtypes.
-_PRECISION = {"16-mixed": ("fp16", None), "bf16-mixed": ("bf16", None), "16-true": ("fp16", "fp16"),
-              "bf16-true": ("bf16", "bf16"), "32-true": ("fp32", None), "64-true": ("fp32", None),
-              "transformer-engine": ("bf16", None)}
 
 
 class KBCallback(Callback):
@@ -65,7 +61,7 @@ class KBCallback(Callback):
 
     def _fill(self, c: Collected, trainer: Any, pl_module: Any) -> None:
         prec = str(getattr(trainer, "precision", "32-true"))
-        compute, weights = _PRECISION.get(prec, (None, None))
+        compute, weights = LIGHTNING_PRECISION.get(prec, (None, None))
         if compute:
             how = "no mixed precision" if compute == "fp32" else "Lightning precision"
             c.set("precision", compute, f"Trainer(precision={prec!r}): {how}")
