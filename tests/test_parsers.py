@@ -82,6 +82,12 @@ def test_lightning_precision_strings_name_compute_and_weights():
     assert "weights_dtype" not in values("loss nan with 16-mixed; switched to bf16-true and it trained fine")
 
 
+def test_a_dtype_the_gpu_cannot_use_is_not_the_runs_precision():
+    f = values("全参 SFT loss 为 nan，显卡是 V100，用不了 bf16。")
+    assert "precision" not in f and f["gpu_bf16"] is False
+    assert values("my T4 doesn't support bf16, so training runs in fp16")["precision"] == "fp16"
+
+
 def test_environment_dump():
     f = values("ms-swift=v3.1.0\ndeepspeed==0.14.0\ntorch==2.3.1\nPyTorch version: 2.5.0-rc10\n"
                "flash-attn==2.6.1\nGPU 0: Tesla V100-SXM2-32GB")

@@ -105,6 +105,11 @@ for _fam, _rx in _FAMILY_RX:
         _HINTS[_rx] = _m.group(1)
 
 
+# A dtype the reporter could not use is not the run's dtype.
+_CANNOT_USE = re.compile(r"(?:不支持|用不了|不能用|无法使用|没法用|不可用|can(?:'|no)?t use|cannot use|(?:doesn'?t|does not|don'?t|"
+                         r"do not) support|no support for|unsupported)\s*$", re.IGNORECASE)
+
+
 def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     for n, s in lines:
         for cm in _CLAUSE.finditer(s):
@@ -117,6 +122,11 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                     continue
                 d = DTYPE_OF_WORD.get(fold(m.group(1)))  # fold: IGNORECASE matched "İ" / "ſ" too
                 if d is None:
+                    continue
+                if _CANNOT_USE.search(before):
+                    # "V100，用不了 bf16", "my GPU doesn't support bf16": what the run could not use.
+                    if d == "bf16":
+                        facts.set("gpu_bf16", False, "text", n, clause, source)
                     continue
                 if clause_good is None:
                     clause_good = bool(_GOOD.search(clause))
