@@ -88,6 +88,15 @@ def test_a_dtype_the_gpu_cannot_use_is_not_the_runs_precision():
     assert values("my T4 doesn't support bf16, so training runs in fp16")["precision"] == "fp16"
 
 
+def test_a_spike_and_a_lower_learning_rate_said_in_words():
+    f = values("LLaMA2-7B 微调，loss 陡增后变为 0")
+    assert f["spike_metrics"] == ["loss"] and "collapse" in f["symptom"]
+    assert values("the training loss suddenly shot up in epoch 3")["spike_metrics"] == ["loss"]
+    assert "spike_metrics" not in values("no spike in the loss, it just plateaus")
+    f = values("把学习率提高到 5e-3 后 loss 直接为 nan，降到 2e-5 后训练正常下降")
+    assert f["fix_changes"] == ["learning_rate=lower"]
+
+
 def test_environment_dump():
     f = values("ms-swift=v3.1.0\ndeepspeed==0.14.0\ntorch==2.3.1\nPyTorch version: 2.5.0-rc10\n"
                "flash-attn==2.6.1\nGPU 0: Tesla V100-SXM2-32GB")

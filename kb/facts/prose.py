@@ -210,9 +210,9 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     # Each pattern below runs on every line: one substring test over the paste drops those that cannot match.
     hay = Haystack(joined.text, joined.low)
     sp, zero, collapse, shift_attn, kl_k3, length_norm, lora, prose_metric, trajectory, metric_rev, lr_fix, \
-        loss_type, kto_words, lightning = (hay.gate(rx) for rx in (
+        loss_type, kto_words, lightning, spike = (hay.gate(rx) for rx in (
             _SP, _ZERO, _COLLAPSE, _SHIFT_ATTN, _KL_K3, _LENGTH_NORM, _LORA, _PROSE_METRIC, _TRAJECTORY,
-            _PROSE_METRIC_REV, _LR_FIX, _LOSS_TYPE, _KTO_WORDS, _LIGHTNING))
+            _PROSE_METRIC_REV, _LR_FIX, _LOSS_TYPE, _KTO_WORDS, _LIGHTNING, _PROSE_SPIKE))
     attn = [(rx, impl) for rx, impl in _ATTN if hay.may(rx)]
     symptoms = [(rx, sym) for rx, sym in _SYMPTOM if hay.may(rx)]
     for n, s in lines:
@@ -237,6 +237,10 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             facts.set("average_log_prob", True, "text", n, s, source)
         if lora.search(s):
             facts.set("use_peft", True, "text", n, s, source)
+        for m in spike.finditer(s):
+            name = m.group("m").lower()
+            facts.add("spike_metrics", {"梯度": "grad_norm", "损失": "loss"}.get(name, name), "text", n, s, source)
+            facts.add("symptom", "collapse", "text", n, s, source)  # a divergence, as "loss spikes" already is
         for m in lightning.finditer(s):
             if FIX_CUE.search(s[: m.start()]):
                 continue  # "switched to 16-mixed and it trained": the setting that worked, not the run's
@@ -268,8 +272,16 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
 _LIGHTNING = re.compile(r"(?<![\w.\-])(?:(?:bf)?16|32|64)-(?:true|mixed)(?![\w\-])", re.IGNORECASE)
 
 
+# "loss 陡增后变为 0", "the loss suddenly shot up", "grad_norm spikes": a metric that jumped, said in words.
+_PROSE_SPIKE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r"|梯度|损失)[^\n,，。.;；]{0,20}?(?:先)?"
+                          r"(?:陡增|突增|暴涨|飙升|激增|猛增|突然(?:增大|变大|上升|升高)|jump(?:s|ed)? up|sho(?:ot|ots|t) up|"
+                          r"spik(?:e|es|ed|ing)\b|blow(?:s|n)? up|blew up|explod(?:e|es|ed))", re.IGNORECASE)
+
+
 # "lowered the lr and it trained", "After I set different lr for ... the loss becomes normal", "调小学习率后正常".
-_LR_FIX = re.compile(r"(?:lower(?:ed|ing)?|smaller|reduc\w*|decreas\w*|different|separate|调小|降低|减小|改小)\s*(?:the\s+)?"
+_LR_FIX = re.compile(r"(?:lr|learning[ _]rate|学习率).{0,40}?(?:降到|降至|降为|调小到|lowered to|reduced to|decreased to|"
+                     r"dropped to)\s*[\d.]+(?:e-?\d+)?.{0,30}?(?:normal|fine|work\w*|stable|ok\b|正常|好了|解决)|"
+                     r"(?:lower(?:ed|ing)?|smaller|reduc\w*|decreas\w*|different|separate|调小|降低|减小|改小)\s*(?:the\s+)?"
                      r"(?:lr|learning[ _]rate|学习率)(?![a-z]).{0,80}?(?:normal|fine|work\w*|solved|fix\w*|stable|ok\b|正常|好了|解决)|"
                      r"(?:lr|learning[ _]rate|学习率).{0,12}(?:太大|过大|too (?:high|large|big))", re.IGNORECASE)
 # Preference-loss variants named in prose or code ("if I use 'ipo'", `loss_type == "ipo"`).
