@@ -39,7 +39,7 @@ FEATURES = ("engine", "engine_top", "fired", "knn", "nn1", "prior",
             "oos_bias", "oos_no_symptom", "oos_error", "oos_symptom", "oos_knn", "oos_inference",
             "fw_bias", "fw_versions", "fw_no_rule", "fw_release_words", "text", "oos_text")
 # Words of a report about generation or serving, not training (an out-of-scope signal when no metric went bad).
-_INFERENCE_WORDS = re.compile(r"inference|推理|generat\w*|cli_demo|deploy\w*|部署|serving|vllm serve|乱码|gibberish|"
+_INFERENCE_WORDS = re.compile(r"inference|推理|generat\w*|生成|cli_demo|deploy\w*|部署|serving|vllm serve|乱码|gibberish|"
                               r"repeat\w*|复读", re.IGNORECASE)
 # When the rules are this confident (their calibrated probability, docs/DIAGNOSE.md), their category leads: the
 # case base is thin for the mechanisms the curated incidents describe best. Chosen among 0.3-0.85 on the
