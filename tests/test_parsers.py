@@ -93,6 +93,8 @@ def test_a_spike_and_a_lower_learning_rate_said_in_words():
     assert f["spike_metrics"] == ["loss"] and "collapse" in f["symptom"]
     assert values("the training loss suddenly shot up in epoch 3")["spike_metrics"] == ["loss"]
     assert "spike_metrics" not in values("no spike in the loss, it just plateaus")
+    assert "spike_metrics" not in values("the loss does not spike, it slowly goes to nan")
+    assert "spike_metrics" not in values("loss 没有突增，直接变成 nan")
     f = values("把学习率提高到 5e-3 后 loss 直接为 nan，降到 2e-5 后训练正常下降")
     assert f["fix_changes"] == ["learning_rate=lower"]
 

@@ -238,6 +238,8 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         if lora.search(s):
             facts.set("use_peft", True, "text", n, s, source)
         for m in spike.finditer(s):
+            if _NEGATED.search(m.group("gap")):
+                continue  # "the loss does not spike", "loss 没有突增"
             name = m.group("m").lower()
             facts.add("spike_metrics", {"梯度": "grad_norm", "损失": "loss"}.get(name, name), "text", n, s, source)
             facts.add("symptom", "collapse", "text", n, s, source)  # a divergence, as "loss spikes" already is
@@ -273,9 +275,12 @@ _LIGHTNING = re.compile(r"(?<![\w.\-])(?:(?:bf)?16|32|64)-(?:true|mixed)(?![\w\-
 
 
 # "loss 陡增后变为 0", "the loss suddenly shot up", "grad_norm spikes": a metric that jumped, said in words.
-_PROSE_SPIKE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r"|梯度|损失)[^\n,，。.;；]{0,20}?(?:先)?"
+_PROSE_SPIKE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r"|梯度|损失)(?P<gap>[^\n,，。.;；]{0,20}?)(?:先)?"
                           r"(?:陡增|突增|暴涨|飙升|激增|猛增|突然(?:增大|变大|上升|升高)|jump(?:s|ed)? up|sho(?:ot|ots|t) up|"
                           r"spik(?:e|es|ed|ing)\b|blow(?:s|n)? up|blew up|explod(?:e|es|ed))", re.IGNORECASE)
+
+
+_NEGATED = re.compile(r"\b(?:not|no|never|n't|without)\b|n't|没有|没|不|未|并非", re.IGNORECASE)
 
 
 # "lowered the lr and it trained", "After I set different lr for ... the loss becomes normal", "调小学习率后正常".
