@@ -96,7 +96,10 @@ def test_a_spike_and_a_lower_learning_rate_said_in_words():
     assert "spike_metrics" not in values("the loss does not spike, it slowly goes to nan")
     assert "spike_metrics" not in values("loss 没有突增，直接变成 nan")
     f = values("把学习率提高到 5e-3 后 loss 直接为 nan，降到 2e-5 后训练正常下降")
-    assert f["fix_changes"] == ["learning_rate=lower"]
+    assert f["fix_changes"] == ["learning_rate=lower"] and f["learning_rate"] == 5e-3
+    assert values("LoRA with a learning rate of 2e-4, loss nan after 300 steps")["learning_rate"] == 2e-4
+    assert "learning_rate" not in values("switched the lr to 1e-5 and it trains fine")
+    assert values("--learning_rate 1e-5\nbefore, learning rate was 1e-3")["learning_rate"] == 1e-5  # the setting wins
 
 
 def test_environment_dump():

@@ -210,9 +210,9 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     # Each pattern below runs on every line: one substring test over the paste drops those that cannot match.
     hay = Haystack(joined.text, joined.low)
     sp, zero, collapse, shift_attn, kl_k3, length_norm, lora, prose_metric, trajectory, metric_rev, lr_fix, \
-        loss_type, kto_words, lightning, spike = (hay.gate(rx) for rx in (
+        loss_type, kto_words, lightning, spike, prose_lr = (hay.gate(rx) for rx in (
             _SP, _ZERO, _COLLAPSE, _SHIFT_ATTN, _KL_K3, _LENGTH_NORM, _LORA, _PROSE_METRIC, _TRAJECTORY,
-            _PROSE_METRIC_REV, _LR_FIX, _LOSS_TYPE, _KTO_WORDS, _LIGHTNING, _PROSE_SPIKE))
+            _PROSE_METRIC_REV, _LR_FIX, _LOSS_TYPE, _KTO_WORDS, _LIGHTNING, _PROSE_SPIKE, _PROSE_LR))
     attn = [(rx, impl) for rx, impl in _ATTN if hay.may(rx)]
     symptoms = [(rx, sym) for rx, sym in _SYMPTOM if hay.may(rx)]
     for n, s in lines:
@@ -237,6 +237,11 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             facts.set("average_log_prob", True, "text", n, s, source)
         if lora.search(s):
             facts.set("use_peft", True, "text", n, s, source)
+        m = prose_lr.search(s)
+        if m and not FIX_CUE.search(s[: m.start()]) and not _WORKED.match(s, m.end()) and "learning_rate" not in facts:
+            lr = float(m.group("v"))
+            if 0 < lr < 1:  # "lr 2" is a step count or a list item, not a learning rate
+                facts.set("learning_rate", lr, "text", n, s, source)
         for m in spike.finditer(s):
             if _NEGATED.search(m.group("gap")):
                 continue  # "the loss does not spike", "loss 没有突增"
@@ -280,6 +285,12 @@ _PROSE_SPIKE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r"|梯度
                           r"spik(?:e|es|ed|ing)\b|blow(?:s|n)? up|blew up|explod(?:e|es|ed))", re.IGNORECASE)
 
 
+# "学习率调到 5e-3 后 loss 变成 nan", "with a learning rate of 5e-4": the run's learning rate said in words (a fix cue
+# before it, "降到 2e-5 后正常", makes it the setting that worked instead).
+_PROSE_LR = re.compile(r"(?:learning[ _]rate|(?<![\w-])lr|学习率)\s*(?:is|was|of|at|set to|to|=|:|：|为|是|设为|设置为|设成|"
+                       r"调到|调成|提高到|增大到|改为|改成)\s*(?P<v>\d+(?:\.\d+)?(?:e-?\d+)?)(?![\w.])", re.IGNORECASE)
+# The rest of the clause says that setting worked ("... to 1e-5 and it trains fine", "... 后训练正常").
+_WORKED = re.compile(r"[^\n,，。;；]{0,40}?(?:fine|normal|works?\b|worked|stable|solved|正常|好了|解决)", re.IGNORECASE)
 _NEGATED = re.compile(r"\b(?:not|no|never|n't|without)\b|n't|没有|没|不|未|并非", re.IGNORECASE)
 
 
