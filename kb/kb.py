@@ -15,7 +15,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from kb import paths
-from kb.diagnose.models import Diagnosis
+from kb.diagnose.models import Diagnosis, Question
 from kb.documents import load_incidents
 from kb.embed import get_embedder, model_name_from_env
 from kb.errors import InputError, NotFound
@@ -63,6 +63,9 @@ class AskResult(BaseModel):
     results: list[AskResultItem]
     abstained: bool = False
     reason: str = ""
+    # When the diagnosis is unsure: the facts whose answers would separate its first candidates (answer them with
+    # `kb diagnose --question ... --answer key=value` or the API's `facts`).
+    questions: list[Question] = Field(default_factory=list)
 
 
 class IngestOutcome(BaseModel):
@@ -395,12 +398,13 @@ class KnowledgeBase:
         by_id = {h.id: h for h in hits}
         order: list[str] = []
         abstained, reason = False, ""
+        questions: list[Question] = []
         if not filters:
             d = self.diagnose(question=question, k=k)
             # The diagnosis's first incident leads; retrieval orders the rest (other incidents of the same
             # mechanism are what a question usually wants next).
             order = [x.incident_id for x in d.diagnoses[:1] if x.incident_id]
-            abstained, reason = d.abstained, d.reason
+            abstained, reason, questions = d.abstained, d.reason, d.questions
         order += [h.id for h in hits if h.id not in order]
         items = []
         for rid in order[:k]:
@@ -415,7 +419,8 @@ class KnowledgeBase:
                 abstained = True
                 reason = (f"best match is weak (dense similarity {top.dense:.2f} < {MIN_DENSE}, "
                           f"{len(informative)} specific term(s) in common)")
-        return AskResult(query=question, lang=lang, results=items, abstained=abstained, reason=reason)
+        return AskResult(query=question, lang=lang, results=items, abstained=abstained, reason=reason,
+                         questions=questions)
 
     def _ask_item(self, h: SearchHit, lang: str) -> AskResultItem:
         inc = h.incident

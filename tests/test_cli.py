@@ -33,6 +33,16 @@ def test_index_then_ask_json(run):
     assert set(first) >= {"id", "title", "category", "framework", "algorithm", "score", "evidence", "fix", "sources"}
 
 
+def test_an_unsure_ask_prints_the_questions_that_would_settle_it_and_a_sure_one_does_not(run):
+    r = run("ask", "DPO NLL loss nan")
+    assert r.returncode == 0, r.stderr
+    assert "not settled yet" in r.stdout and "--answer sequence_parallel" in r.stdout
+    sure = run("ask", "--json", "ms-swift DPO sequence_parallel_size 4 nll_loss nan")
+    assert sure.returncode == 0 and json.loads(sure.stdout)["questions"] == []
+    unsure = json.loads(run("ask", "--json", "DPO NLL loss nan").stdout)
+    assert any(q["fact"].startswith("sequence_parallel") for q in unsure["questions"])
+
+
 def test_ask_table_shows_evidence_and_fix(run):
     r = run("ask", "序列并行 DPO nll_loss 为 nan")
     assert r.returncode == 0, r.stderr

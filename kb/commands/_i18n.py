@@ -49,6 +49,8 @@ MESSAGES: dict[str, tuple[str, str]] = {
                   "起飞前检查：没有置信度 >= {threshold:.2f} 的已知故障（最高：{best}）"),
     "m.bisect": ("bisect plan (switch off or roll back, in order):", "排查顺序（逐项关闭或回退）："),
     "m.candidates": ("candidates: ", "候选："),
+    "m.unsure_ask": ("not settled yet: answering these would tell the candidates apart:",
+                     "尚不能确定：回答下面的问题可以区分这些候选原因："),
     "m.seen_in": ("seen in {n} similar real report(s):", "在 {n} 个相似的真实报告中见过："),
     "m.did_you_mean": ("did you mean {options}?", "你是不是想找 {options}？"),
     "m.unknown_value": ("unknown {what} {value!r}", "未知的{what} {value!r}"),

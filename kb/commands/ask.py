@@ -79,4 +79,10 @@ def run(args) -> int:
             echo(f"   {t('l.fix', lang)}: {r.fix}", style="green")
         if r.repro:
             echo(f"   {t('l.repro', lang)}: {r.repro}", style="cyan")
+    questions = getattr(res, "questions", None) or []  # a daemon started by an older kb has none
+    if questions:
+        echo("\n" + t("m.unsure_ask", lang), style="bold")
+        for qn in questions:
+            opts = f" ({' / '.join(qn.options)})" if qn.options else ""
+            echo(f"   ? {qn.question}{opts}  → kb diagnose --question {q!r} --answer {qn.fact}=<value>", style="cyan")
     return code
