@@ -7,6 +7,7 @@ from kb.commands._common import (
     EXIT_OK,
     add_filters,
     echo,
+    echo_questions,
     filters_of,
     lang_of,
     open_kb,
@@ -82,7 +83,5 @@ def run(args) -> int:
     questions = getattr(res, "questions", None) or []  # a daemon started by an older kb has none
     if questions:
         echo("\n" + t("m.unsure_ask", lang), style="bold")
-        for qn in questions:
-            opts = f" ({' / '.join(qn.options)})" if qn.options else ""
-            echo(f"   ? {qn.question}{opts}  → kb diagnose --question {q!r} --answer {qn.fact}=<value>", style="cyan")
+        echo_questions(questions, f"kb diagnose --question {q!r}")
     return code

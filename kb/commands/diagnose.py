@@ -10,6 +10,7 @@ from kb.commands._common import (
     EXIT_NOTHING,
     EXIT_OK,
     echo,
+    echo_questions,
     lang_of,
     open_kb,
     print_json,
@@ -148,9 +149,7 @@ def _print(args, res) -> int:
             echo(f"   {n}. {step}")
     if res.differential and res.route != "mechanism":
         echo("\n" + t("m.candidates", lang) + ", ".join(f"{c.category} {c.probability:.2f}" for c in res.differential))
-    for q in res.questions:
-        opts = f" ({' / '.join(q.options)})" if q.options else ""
-        echo(f"   ? {q.question}{opts}  → kb diagnose ... --answer {q.fact}=<value>", style="cyan")
+    echo_questions(res.questions, "kb diagnose ...")
     if res.similar_reports:
         echo("\n" + t("m.seen_in", lang, n=res.seen_in))
         for r in res.similar_reports[:3]:

@@ -94,7 +94,7 @@ def holdout_exclusions(kb: Diagnoser, row: dict[str, Any]) -> frozenset[str]:
     if not url or row.get("kind") == "known-issue":
         return frozenset()
     want = _norm_url(str(url))
-    cited = citing_incidents(kb, want)
+    cited = citing_incidents(kb, str(url))
     # A case of the same thread is named too (`case:<id>`): any exclusion answers without the case model, which
     # cannot forget one case without a refit.
     cases = {f"case:{c.id}" for c in getattr(kb, "cases", []) if _norm_url(c.url) == want}
