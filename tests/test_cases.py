@@ -148,6 +148,13 @@ def test_divergence_without_a_known_mechanism_gets_the_framework_defect_route(re
     assert d.route == "framework-defect" and d.diagnoses[0].category == "framework-bug"
     assert any("4.46" in step or "transformers" in step for step in d.bisect)
     assert d.seen_in >= 1 and d.similar_reports
+    # What the report says about the release is the defect's first evidence and where the bisect plan starts.
+    assert d.facts["version_evidence"]["value"] == "rolled back to transformers 4.45.2"  # "pinning ...==4.45.2"
+    assert "transformers 4.45.2" in d.bisect[0]
+    assert d.diagnoses[0].evidence[0].detail.startswith("version_evidence:")
+    zh = real_kb.diagnose(text="ChatGLM3-6B-Base LoRA 四卡微调 loss 一直为 0\n把 peft 降到 0.6.0 后 loss 恢复正常")
+    assert zh.route == "framework-defect" and "peft 0.6.0" in zh.bisect[0]
+    assert zh.diagnoses[0].evidence[0].line == 2
 
 
 @pytest.mark.slow

@@ -102,6 +102,22 @@ def test_a_spike_and_a_lower_learning_rate_said_in_words():
     assert values("--learning_rate 1e-5\nbefore, learning rate was 1e-3")["learning_rate"] == 1e-5  # the setting wins
 
 
+def test_a_release_the_failure_depends_on():
+    assert values("ChatGLM3 LoRA loss 一直为 0\n把 peft 降到 0.6.0 后 loss 恢复正常")["version_evidence"] == \
+        "rolled back to peft 0.6.0"
+    assert values("deepspeed==0.12.2 (bad), 0.11.1 (good)")["version_evidence"] == "deepspeed 0.12.2 fails"
+    assert values("transformers 4.48 下 loss 居高不下，4.51 则正常")["version_evidence"] == "transformers 4.51 works"
+    assert values("NaN right after the first step, starting with transformers 4.21.0")["version_evidence"] == \
+        "changed with the upgrade to transformers 4.21.0"
+    assert values("After upgrading transformers from 4.45 to 4.46 the loss is nan")["version_evidence"] == \
+        "changed with the upgrade to transformers 4.46"
+    assert values("训练一个 epoch 后 loss 变成 0，几天前的代码还正常")["version_evidence"] == "an older release worked"
+    # A loss that decreases, a metric that is fine, and a rollback that did not help say nothing about a release.
+    for text in ("loss 从 -0.6 降到 -0.9 以下", "loss 1.5 正常", "step 100 loss 0.5 fine",
+                 "I downgraded transformers to 4.30 but the loss is still nan", "python 3.10 works"):
+        assert "version_evidence" not in values(text), text
+
+
 def test_environment_dump():
     f = values("ms-swift=v3.1.0\ndeepspeed==0.14.0\ntorch==2.3.1\nPyTorch version: 2.5.0-rc10\n"
                "flash-attn==2.6.1\nGPU 0: Tesla V100-SXM2-32GB")

@@ -460,6 +460,12 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
                 title=f"{lab} (seen in real reports; no curated incident yet)",
                 evidence=[Evidence(kind="case", detail=f"similar report {index.cases[i].id}: {index.cases[i].url}")
                           for i in nbrs if case_labels[i] == lab][:3]))
+        said = facts.get("version_evidence")
+        if lab == learned.FRAMEWORK_BUG and said is not None:
+            # The reporter's own words tying the failure to a release are the defect's first evidence.
+            out.diagnoses[-1].evidence.insert(0, Evidence(
+                kind=said.kind, detail=f"version_evidence: {said.value} ({said.detail[:160]})", line=said.line,
+                source=said.source))
     if best == learned.FRAMEWORK_BUG:
         out.route = "framework-defect"
         out.bisect = bisect_plan(facts, lang)
@@ -532,11 +538,16 @@ def bisect_plan(facts: Facts, lang: str) -> list[str]:
     versions = [(k, facts.value(k)) for k in ("framework_version", "transformers_version", "trl_version",
                                                "deepspeed_version", "torch_version", "flash_attn_version",
                                                "vllm_version", "peft_version") if k in facts]
+    said = facts.get("version_evidence")
+    if said is not None:
+        plan.append(f"报告把问题与版本联系起来（{said.value}）：在可用和出问题的版本之间二分定位，期间先固定在可用的版本" if zh
+                    else f"the report ties it to a release ({said.value}): bisect between the release that works and "
+                         "the one that fails, and pin the one that works meanwhile")
     if versions:
         named = ", ".join(f"{k.removesuffix('_version')} {v}" for k, v in versions)
         plan.append(f"回退到上一个版本（当前 {named}），看问题是否消失" if zh
                     else f"roll back one release at a time (now {named}) and see whether the NaN goes away")
-    else:
+    elif said is None:
         plan.append("记录并固定 torch / transformers / 训练框架的版本，再与上一个可用版本对比" if zh
                     else "pin and note the torch / transformers / framework versions, then compare with the last "
                          "release that worked")

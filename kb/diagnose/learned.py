@@ -56,7 +56,7 @@ _RELEASE_WORDS = re.compile(r"upgrad\w*|updat\w*|new (?:version|release)|regress
                             r"\bv?\d+\.\d+(?:\.\d+)?\b.{0,20}(?:break|broke|introduc)|版本|升级|更新后|回退|降级",
                             re.IGNORECASE)
 _VERSION_FACTS = ("torch_version", "transformers_version", "trl_version", "deepspeed_version", "framework_version",
-                  "flash_attn_version", "vllm_version", "peft_version")
+                  "flash_attn_version", "vllm_version", "peft_version", "version_evidence")
 
 
 # ------------------------------------------------------------------------------------------------ case index

@@ -210,9 +210,9 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     # Each pattern below runs on every line: one substring test over the paste drops those that cannot match.
     hay = Haystack(joined.text, joined.low)
     sp, zero, collapse, shift_attn, kl_k3, length_norm, lora, prose_metric, trajectory, metric_rev, lr_fix, \
-        loss_type, kto_words, lightning, spike, prose_lr = (hay.gate(rx) for rx in (
+        loss_type, kto_words, lightning, spike, prose_lr, version_words = (hay.gate(rx) for rx in (
             _SP, _ZERO, _COLLAPSE, _SHIFT_ATTN, _KL_K3, _LENGTH_NORM, _LORA, _PROSE_METRIC, _TRAJECTORY,
-            _PROSE_METRIC_REV, _LR_FIX, _LOSS_TYPE, _KTO_WORDS, _LIGHTNING, _PROSE_SPIKE, _PROSE_LR))
+            _PROSE_METRIC_REV, _LR_FIX, _LOSS_TYPE, _KTO_WORDS, _LIGHTNING, _PROSE_SPIKE, _PROSE_LR, _VERSION_WORDS))
     attn = [(rx, impl) for rx, impl in _ATTN if hay.may(rx)]
     symptoms = [(rx, sym) for rx, sym in _SYMPTOM if hay.may(rx)]
     for n, s in lines:
@@ -272,6 +272,10 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         for rx, sym in symptoms:
             if rx.search(s):
                 facts.add("symptom", sym, "text", n, s, source)
+        if "version_evidence" not in facts and version_words.search(s):
+            ev = _version_evidence(s)
+            if ev:
+                facts.set("version_evidence", ev, "text", n, s, source)
 
 
 # Lightning / litgpt precision strings anywhere in a paste: `--precision 16-true`, `Fabric(precision="bf16-mixed")`,
@@ -306,6 +310,70 @@ _LOSS_TYPE = re.compile(r"loss_type\s*==\s*['\"](?P<a>\w+)['\"]|\b(?:use|using|w
                         re.IGNORECASE)
 # Only KTO labels completions desirable / undesirable.
 _KTO_WORDS = re.compile(r"\b(?:un)?desir(?:ed|able)\b(?:\s+(?:completions?|examples?|samples?|data))?", re.IGNORECASE)
+
+
+# The report ties the failure to a release ("peft 降到 0.6.0 后恢复正常", "deepspeed==0.12.2 (bad), 0.11.1 (good)",
+# "starting with transformers 4.21.0", "几天前的代码还正常"): the evidence of a framework defect, and where to bisect.
+_PKG = (r"(?:torch|pytorch|transformers|trl|peft|deepspeed|accelerate|flash[-_ ]?attn|flash[-_ ]attention|vllm|"
+        r"bitsandbytes|unsloth|ms-swift|swift|llama-?factory|verl|openrlhf|xtuner|megatron(?:-lm|-core)?|"
+        r"transformer[-_ ]?engine|\bte\b|liger[-_ ]kernel|triton|jax|cuda|cudnn|nccl|apex|paddle(?:paddle|nlp)?|"
+        r"mindspore|colossalai|axolotl|torchao|xformers|sglang|nemo|mlx)")
+_PKG_RX = re.compile(r"(?<![\w-])" + _PKG + r"(?![\w-])", re.IGNORECASE)
+_VER = r"v?(?P<v>\d+\.\d+(?:\.\d+)*(?:\.?(?:post|dev|rc|a|b)\d*)?)(?![\w.])"
+# "from 4.45 to 4.46": the version it went to
+_FROM = r"(?:from[ \t]+v?\d+(?:\.\d+)+[ \t]+to[ \t]+|从[ \t]*v?\d+(?:\.\d+)+[ \t]*(?:升级|降级|回退)?(?:到|至)[ \t]*)?"
+_VERSION_EVIDENCE = (
+    # rolled back: "downgraded peft to 0.6.0", "reverting to torch 1.13.1", "回退到 0.5.0 发布版"
+    ("rolled back to {}", re.compile(
+        r"(?:downgrad\w*|roll(?:ed|ing|s)?[ -]?back|revert(?:ed|ing|s)?|went back|go(?:ing)? back|switch(?:ed|ing)? "
+        r"back|pin(?:ned|ning|s)?\b|降级|回退|退回|回滚|换回|装回|(?P<amb>降到|降至|降为|降回))[^\n,，。;；]{0,30}?"
+        r"(?:(?P<pkg>" + _PKG + r")[^\n\d,，。;；]{0,12}?)?" + _FROM + _VER, re.IGNORECASE)),
+    # "works again with transformers 4.40"
+    ("works on {}", re.compile(r"(?:works?|worked|trains? fine|fine|normal|正常|没问题)[ \t]*(?:again[ \t]*)?"
+                               r"(?:on|with|in|under|using|在)[ \t]*(?P<pkg>" + _PKG + r")[ \t]*(?:==|=)?[ \t]*" + _VER,
+                               re.IGNORECASE)),
+    # "deepspeed==0.12.2 (bad), 0.11.1 (good)", "4.51 则正常", "torch 2.1.0 works"
+    ("{}", re.compile(r"(?P<pkg>" + _PKG + r")?[ \t]*(?:==|=|:)?[ \t]*" + _VER + r"[ \t]*(?:版本)?[ \t]*[(（]?[ \t]*"
+                      r"(?:则|就|下|上|里|中)?[ \t]*(?P<ok>good|works?|worked|is fine|was fine|fine|正常|没问题|没有问题|"
+                      r"可以|ok\b|bad|broken|fails?|failed|有问题|出问题)", re.IGNORECASE)),
+    # "after upgrading DeepSpeed to 0.12.2", "starting with transformers 4.21.0", "升级到 4.36 之后"
+    ("changed with the upgrade to {}", re.compile(r"(?:after (?:upgrad|updat|bump)\w*|since (?:upgrad|updat|bump)\w*|starting (?:with|from)|"
+                            r"升级|更新)[^\n,，。;；]{0,30}?(?:(?P<pkg>" + _PKG + r")[^\n\d,，。;；]{0,12}?)?" + _FROM + _VER,
+                            re.IGNORECASE)),
+    # "the previous release works", "几天前的代码还正常"
+    ("an older release worked", re.compile(
+        r"(?:previous|older|earlier|last|old)\s+(?:version|release|commit|code|build)s?\s*(?:works?|worked|was fine|"
+        r"is fine|trains? fine|was ok)|(?:几天前|之前|以前|上一?个|旧|老)(?:的)?(?:代码|版本|commit|发布版)"
+        r"[^\n,，。;；]{0,8}?(?:还|都|是|就)?(?:正常|可以|没问题)", re.IGNORECASE)),
+)
+# Every pattern above needs a version number or an older-release word: lines without one are skipped.
+_VERSION_WORDS = re.compile(r"\d\.\d|代码|版本|发布版|commit|version|release|code|build", re.IGNORECASE)
+# "... but it is still nan", "降级后依然 nan": the change did not help, so it says nothing about a release.
+_STILL = re.compile(r"still|仍|依然|还是|依旧|\bsame\b|没用|无效|不行|no luck|did(?:n't| not) help|does(?:n't| not) help",
+                    re.IGNORECASE)
+_GOOD_WORDS = ("good", "work", "fine", "正常", "没问题", "没有问题", "可以", "ok")
+
+
+def _version_evidence(s: str) -> str | None:
+    """What `s` says about a release the failure depends on ("rolled back to peft 0.6.0"), or None."""
+    for what, rx in _VERSION_EVIDENCE:
+        for m in rx.finditer(s):
+            labelled = "ok" in rx.groupindex
+            if not labelled and _STILL.search(s[m.end(): m.end() + 60].split("\n")[0]):
+                continue
+            if "v" not in rx.groupindex:
+                return what
+            v, pkg = m.group("v"), (m.group("pkg") or "").strip()
+            if not pkg:
+                # "transformers 4.48 下 loss 不降，4.51 则正常": the package named just before
+                before = list(_PKG_RX.finditer(s[max(0, m.start() - 40): m.start()]))
+                pkg = before[-1].group(0) if before else ""
+            if not pkg and (("amb" in rx.groupindex and m.group("amb")) or (labelled and v.count(".") < 2)):
+                continue  # "loss 降到 0.2", "loss 1.5 正常": a metric value, not a release
+            if labelled:
+                v += " works" if any(w in m.group("ok").lower() for w in _GOOD_WORDS) else " fails"
+            return what.format(f"{pkg} {v}" if pkg else v)
+    return None
 
 
 def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: str) -> None:
