@@ -139,6 +139,22 @@ def test_out_of_scope_report_gets_the_not_a_divergence_route(real_kb):
 
 
 @pytest.mark.slow
+def test_reports_that_are_not_about_a_training_divergence_go_out_of_scope_whatever_they_resemble(real_kb):
+    # Nothing went NaN / inf / zero and nothing diverged.
+    d = real_kb.diagnose(text="After switching to FSDP2 my Llama SFT converges a bit slower than with FSDP1, bf16")
+    assert d.route == "out-of-scope" and "nothing diverged" in d.reason
+    # A NaN in generation, with no training run in sight.
+    d = real_kb.diagnose(text="Gemma-3 in float16 generates empty strings with generate(); logits are nan. "
+                              "bfloat16 is fine.")
+    assert d.route == "out-of-scope" and "generation / inference" in d.reason
+    # GRPO's loss is 0 by construction at the start; with grad_norm 0 too it is a real failure.
+    d = real_kb.diagnose(text="TRL GRPO: the loss is 0 for the first 50 steps and then slowly grows, reward goes up")
+    assert d.route == "out-of-scope" and "GRPO loss of 0 is expected" in d.reason
+    d = real_kb.diagnose(text="TRL GRPO: loss and grad_norm are 0 on every step, the model does not change")
+    assert d.scope == "in"
+
+
+@pytest.mark.slow
 def test_divergence_without_a_known_mechanism_gets_the_framework_defect_route(real_kb):
     text = ("After upgrading transformers from 4.45 to 4.46 the training loss of my SFT run is nan from step 1; "
             "pinning transformers==4.45.2 makes it train normally again. torch==2.4.0, peft==0.13.0\n"

@@ -118,6 +118,22 @@ def test_a_release_the_failure_depends_on():
         assert "version_evidence" not in values(text), text
 
 
+def test_metrics_named_together_and_a_zero_gradient_norm():
+    f = values("swift GRPO 训练中 loss 和 grad_norm 一直为 0")
+    assert f["zero_metrics"] == ["loss"] and set(f["symptom"]) == {"zero_loss", "zero_grad"}
+    assert set(values("loss、grad_norm 都是 nan")["nan_metrics"]) == {"loss", "grad_norm"}
+    assert values("the logged grad_norm was zero")["symptom"] == ["zero_grad"]
+    assert "zero_grad" in values('{"loss": -0.0, "grad_norm": 0.0, "kl": 0.0}')["symptom"]
+    assert "symptom" not in values("loss 和 acc 正常, grad_norm 1.2")
+
+
+def test_a_loss_that_climbs_instead_of_falling_is_a_divergence():
+    for text in ("用张量并行训练 BLOOM 时 loss 不降反升", "grad_norm 越来越大",
+                 "the logged gradient norm rose abnormally with ZeRO-0", "the loss keeps growing after step 1000"):
+        assert "collapse" in values(text).get("symptom", []), text
+    assert "symptom" not in values("the eval accuracy keeps growing")
+
+
 def test_environment_dump():
     f = values("ms-swift=v3.1.0\ndeepspeed==0.14.0\ntorch==2.3.1\nPyTorch version: 2.5.0-rc10\n"
                "flash-attn==2.6.1\nGPU 0: Tesla V100-SXM2-32GB")

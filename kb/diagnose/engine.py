@@ -418,7 +418,7 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
     phi, nbrs = learned.label_matrix(view, labels, case_labels, np.ones(len(index.cases), dtype=bool), prior, whole,
                                      ranker.text_scores(whole))
     probs = ranker.probabilities(phi)
-    order = learned.ranked(view, probs, labels)
+    order = learned.ranked(view, probs, labels, whole)
     if any(f.kind == "trainer" for f in facts.items.values()):
         # Facts observed in a running trainer (or a run folder) are not the kind of input the ranker was fitted
         # on (text reports): the rules, which encode each mechanism, rank them; the case base still supplies
@@ -442,8 +442,9 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
         errs = sorted(set(facts.value("errors", [])) & OUT_OF_SCOPE_ERRORS)
         looks = ", ".join(errs) or (kinds.most_common(1)[0][0] if kinds else "")
         out.abstained, out.route, out.scope = True, "out-of-scope", "out"
+        why = learned.not_training(view, whole) or f"probability {prob[best]:.2f}"
         out.reason = ("this is not a NaN / divergence problem" + (f": it looks like {looks}" if looks else "")
-                      + f" (probability {prob[best]:.2f}; seen in {len(top_label_cases)} similar reports)")
+                      + f" ({why}; seen in {len(top_label_cases)} similar reports)")
         return out
     out.scope = "in"
     by_cat: dict[str, Candidate] = {}

@@ -309,7 +309,7 @@ def _fit_predict(rows: list[dict[str, Any]], train: list[int], test: list[int], 
         phi, _ = learned.label_matrix(rows[j]["view"], labels, case_labels, train_mask, prior, rows[j]["text"],
                                       text_scores[j])
         p = ranker.probabilities(phi)
-        order = learned.ranked(rows[j]["view"], p, labels)
+        order = learned.ranked(rows[j]["view"], p, labels, rows[j]["text"])
         preds[j] = (labels[order[0]], float(p[order[0]]), [labels[i] for i in order[:3]])
     return ranker, preds
 

@@ -41,6 +41,12 @@ FEATURES = ("engine", "engine_top", "fired", "knn", "nn1", "prior",
 # Words of a report about generation or serving, not training (an out-of-scope signal when no metric went bad).
 _INFERENCE_WORDS = re.compile(r"inference|推理|generat\w*|生成|cli_demo|deploy\w*|部署|serving|vllm serve|乱码|gibberish|"
                               r"repeat\w*|复读", re.IGNORECASE)
+# Words of a training run. A report with generation words and none of these is about inference (issue 11's scope:
+# "NaN only at inference/generation" is not a training divergence).
+_TRAINING_WORDS = re.compile(r"train\w*|fine-?tun\w*|finetun\w*|pre-?train\w*|训练|微调|\bsft\b|q?lora\b|\b(?:dpo|kto|orpo|"
+                             r"simpo|grpo|ppo|rlhf|rlvr|rloo)\b|reward model|grad\w*|backward|optimi[sz]er|learning[_ ]rate|"
+                             r"\blr\b|\bepochs?\b|\bsteps?\b|\biter(?:ation)?s?\b|\bloss\w*|损失|梯度|deepspeed|\bzero[-_ ]?[0123]\b|"
+                             r"\bfsdp\b", re.IGNORECASE)
 # When the rules are this confident (their calibrated probability, docs/DIAGNOSE.md), their category leads: the
 # case base is thin for the mechanisms the curated incidents describe best. Chosen among 0.3-0.85 on the
 # out-of-fold case numbers and the dev set (a development choice; README says so).
@@ -486,9 +492,49 @@ def decide(probs: np.ndarray, labels: Sequence[str]) -> list[int]:
     return [oos, *rest] if probs[oos] > OUT_OF_SCOPE_ABOVE else [*rest, oos]
 
 
-def ranked(view: QueryView, probs: np.ndarray, labels: Sequence[str]) -> list[int]:
-    """The final order: the rules' category first when they are confident, else the ranker's (`decide`)."""
+def no_divergence(view: QueryView) -> bool:
+    """Nothing in the report went NaN, inf or zero or diverged, and no curated mechanism's rule fired: whatever it
+    is, it is not a training divergence (issue 11's scope), however much it reads like one."""
+    return not view.symptom and not view.fired
+
+
+def inference_only(text: str) -> bool:
+    """The report is about generation or serving and never mentions training (a NaN in `generate` is not a
+    training divergence, whatever precision or kernel caused it)."""
+    head = text[:4000]
+    return bool(_INFERENCE_WORDS.search(head)) and not _TRAINING_WORDS.search(head)
+
+
+def zero_loss_by_design(view: QueryView) -> bool:
+    """A GRPO loss logged as 0 and nothing else wrong: expected. With one update per batch the importance ratio is 1
+    and the group-normalised advantages average to zero, so the policy term is 0; the KL term starts at 0 too
+    (the maintainers' answer in the cases gh-huggingface-trl-2703 and gh-huggingface-open-r1-239). A zero
+    grad_norm, NaN or any other symptom makes it a real failure again."""
+    f = view.facts
+    return (str(f.value("algorithm") or "").upper() == "GRPO" and set(f.value("symptom", [])) == {"zero_loss"}
+            and not f.value("nan_metrics") and not f.value("huge_metrics") and not view.fired
+            and not set(f.value("errors", [])) - OUT_OF_SCOPE_ERRORS)
+
+
+def not_training(view: QueryView, text: str) -> str:
+    """Why the report is out of scope whatever the ranker says ("" when it may be in scope)."""
+    if no_divergence(view):
+        return "no metric went NaN, inf or zero and nothing diverged in the input"
+    if inference_only(text):  # the curated rules describe training mechanisms, so a fired rule does not count
+        return "the input is about generation / inference, not a training run"
+    if zero_loss_by_design(view):
+        return ("a GRPO loss of 0 is expected: the group-normalised advantages average to zero and the KL term "
+                "starts at 0; it is a failure only when grad_norm is 0 too or reward / kl go NaN")
+    return ""
+
+
+def ranked(view: QueryView, probs: np.ndarray, labels: Sequence[str], text: str = "") -> list[int]:
+    """The final order: out of scope first when the report is not about a training divergence (`not_training`),
+    else the rules' category first when they are confident, else the ranker's (`decide`)."""
     order = decide(probs, labels)
+    if OUT_OF_SCOPE in labels and not_training(view, text):
+        oos = list(labels).index(OUT_OF_SCOPE)
+        return [oos, *[j for j in order if j != oos]]
     top = view.engine_top
     rules = view.category_scores.get(top, 0.0) if top in labels else 0.0
     unsure = labels[order[0]] != OUT_OF_SCOPE and float(probs[order[0]]) < UNSURE_BELOW

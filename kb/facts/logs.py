@@ -181,6 +181,8 @@ def metric_facts(records: list[Record], facts: Facts, source: str) -> None:
                 facts.add("zero_metrics", k, "log", r.line, detail, source)
                 facts.add("symptom", "zero_loss", "log", r.line, detail, source)
                 bad_here = True
+            elif v == 0.0 and "grad" in k.lower() and "norm" in k.lower():
+                facts.add("symptom", "zero_grad", "log", r.line, detail, source)  # no gradient reached the weights
             elif abs(v) > 1e4 and (is_loss_like(k) or "norm" in k.lower() or "advantage" in k.lower()):
                 facts.add("huge_metrics", k, "log", r.line, detail, source)
                 facts.add("symptom", "huge", "log", r.line, detail, source)

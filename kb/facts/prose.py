@@ -56,6 +56,9 @@ _TRAJECTORY = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")['\"]?\
 _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes? to|went to|turns? (?:in)?to|"
                      r"stays?|remains?|always|keeps?|got|gets|shows?|reports?|of|to|equals?|=|:|：|一直|都|总|变|变为|"
                      r"变成|为|是|出现|会|就|直接|也|and [\w/]+ (?:will be|are|were|become)|一直为|一直是|"
+                     r"全程|始终|全部|全都|均|"
+                     # "loss 和 grad_norm 一直为 0", "loss、grad_norm 都是 nan", "loss and grad_norm are 0"
+                     r"(?:和|与|及|跟|、|/|&|and|as well as)\s*[\w/]+|"
                      r"[\w/]+ (?:will be|are|were)))*\s*(?:a |an )?$", re.IGNORECASE)
 _SYMPTOM = (
     (re.compile(r"(?<![A-Za-z0-9_])(?:nan|NaN|NANs?|NaNs|Nan)(?![A-Za-z0-9_])"), "nan"),
@@ -67,6 +70,12 @@ _SYMPTOM = (
     (re.compile(r"(?<!memory )(?<!stack )(?<!buffer )overflow|(?<!显存)(?<!内存)(?<!缓存)溢出", re.IGNORECASE), "overflow"),
     # A training run that diverges; a process that crashes ("crash", "崩溃") is not a divergence.
     (re.compile(r"collaps\w+|diverg\w+|发散|explod\w+|(?<!显存)爆炸|loss spikes?|梯度爆炸", re.IGNORECASE), "collapse"),
+    # A loss or gradient norm that climbs instead of falling: "loss 不降反升", "grad_norm 越来越大", "the gradient
+    # norm keeps growing", "abnormally high grad_norm".
+    (re.compile(r"不降反升|(?:loss|损失|grad_norm|梯度)[^。，,;；\n]{0,12}?越来越(?:大|高)|(?:loss|grad(?:ient)?[_ ]norm)"
+                r"[^.;\n]{0,30}?(?:keeps? (?:growing|rising|increasing|climbing)|(?:rose|rises|grew|grows|climb(?:s|ed)?)"
+                r" (?:abnormally|steadily|without bound))|abnormally (?:high|large) (?:loss|grad(?:ient)?[_ ]norm)",
+                re.IGNORECASE), "collapse"),
 )
 # Only the training frameworks name the tool; DeepSpeed / transformers / torch appear in nearly every paste.
 _FW_ORDER = ["ms-swift", "OpenRLHF", "LLaMA-Factory", "verl", "xtuner", "trl", "unsloth", "DeepSpeed-Chat",
@@ -387,6 +396,10 @@ def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: s
         if is_loss_like(name):
             facts.add("zero_metrics", name, "text", n, s, source)
             facts.add("symptom", "zero_loss", "text", n, s, source)
+        elif "grad" in name and "norm" in name:
+            # "grad_norm 一直为 0", "the logged grad_norm was zero": no gradient reaches the weights (a symptom of
+            # its own; zero_metrics stays the loss-like metrics that the curated rules reason about).
+            facts.add("symptom", "zero_grad", "text", n, s, source)
     else:
         facts.add("nan_metrics", name, "text", n, s, source)
         facts.add("symptom", "nan", "text", n, s, source)
