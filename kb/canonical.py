@@ -424,6 +424,19 @@ FIX_CUE = re.compile(r"(?:chang(?:e|ed|ing)\b.{0,25}\bto\b|switch(?:ed|ing)? (?:
                      r"调整到|调整为|改用|设置成|试试|就好了|后正常)", re.IGNORECASE)
 
 
+# Words just after a setting, in the same clause, that say it is what worked ("attn_implementation="eager" made
+# training work", "... fixes it", "... 后正常").
+WORKED_AFTER = re.compile(r"[^.,;:!?。，；：！？\n]{0,40}?(?:made (?:it|training|the run|the loss|things) (?:work|stable|normal|"
+                          r"finite)|fix(?:es|ed) (?:it|this|the (?:issue|problem|nan|loss))|solv(?:es|ed) (?:it|this|the)|"
+                          r"works?(?= *(?:fine|now|again|well|normally|[.,;!?]|$))|worked\b|trains? (?:fine|normally)|"
+                          r"(?:is|was) fine|恢复正常|就正常|才正常|后正常|正常了|就好了|解决了|没问题了)", re.IGNORECASE)
+
+
+def said_as_fix(s: str, start: int, end: int) -> bool:
+    """The setting at s[start:end] is what fixed the run, not the failing run's own setting."""
+    return bool(FIX_CUE.search(s[max(0, start - 60):start]) or WORKED_AFTER.match(s, end))
+
+
 def is_limit_name(name: str) -> bool:
     """A bound, not a measurement: `max_grad_norm`, `clip_ratio`, `reward_threshold` may be set to inf on purpose."""
     n = name.lower().strip("'\"")

@@ -132,6 +132,10 @@ def test_a_loss_that_climbs_instead_of_falling_is_a_divergence():
                  "the logged gradient norm rose abnormally with ZeRO-0", "the loss keeps growing after step 1000"):
         assert "collapse" in values(text).get("symptom", []), text
     assert "symptom" not in values("the eval accuracy keeps growing")
+    # A symptom said to be absent is not a symptom.
+    assert "symptom" not in values("loss flat at 1.4 after 300 steps. No errors, no nan. Is this expected?")
+    assert "symptom" not in values("没有出现 nan，loss 不下降")
+    assert values("the loss is nan after 100 steps, no inf")["symptom"] == ["nan"]
 
 
 def test_environment_dump():

@@ -8,7 +8,14 @@ import re
 import shlex
 from typing import Any
 
-from kb.canonical import FIX_CUE, PRECISION_FLAGS, canonical, canonical_algorithm, canonical_key, spec
+from kb.canonical import (
+    PRECISION_FLAGS,
+    canonical,
+    canonical_algorithm,
+    canonical_key,
+    said_as_fix,
+    spec,
+)
 from kb.facts.boundary import too_deep
 from kb.facts.model import Facts
 
@@ -121,8 +128,8 @@ def _line_of(lines: list[tuple[int, str]], key: str, default: int) -> int:
     return default
 
 
-def _is_fix_context(s: str, start: int) -> bool:
-    return bool(FIX_CUE.search(s[max(0, start - 60):start]))
+def _is_fix_context(s: str, start: int, end: int) -> bool:
+    return said_as_fix(s, start, end)
 
 
 def structured(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
@@ -161,8 +168,11 @@ def structured(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             continue
         v = got
         path = ".".join([x for _, x in stack] + [k])
-        if _set_config(facts, path, v, n, stripped, source) is None and path != k:
-            _set_config(facts, k, v, n, stripped, source)
+        # `lr=1e-5 fixes it`: a setting line whose trailing words say it is what worked.
+        at = s.find(v, m.start("v")) if v else -1
+        fix = at >= 0 and said_as_fix(s, m.start("k"), at + len(v))
+        if _set_config(facts, path, v, n, stripped, source, fix=fix) is None and path != k:
+            _set_config(facts, k, v, n, stripped, source, fix=fix)
 
 
 def whole_json(text: str, lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
@@ -260,18 +270,19 @@ def inline(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                 continue
             if canonical_key(m.group("k")) or m.group("k").lower() in ("fp16", "bf16", "half"):
                 _set_config(facts, m.group("k"), _clean_value(m.group("v")), n, s.strip(), source,
-                            fix=_is_fix_context(s, m.start()))
+                            fix=_is_fix_context(s, m.start(), m.end()))
         if "--" in s:
             for m in _FLAG.finditer(s):
                 v = m.group("v")
                 val = _clean_value(v) if v else "true"
-                key = _set_config(facts, m.group("k"), val, n, s.strip(), source, fix=_is_fix_context(s, m.start()))
+                key = _set_config(facts, m.group("k"), val, n, s.strip(), source,
+                                  fix=_is_fix_context(s, m.start(), m.end()))
                 if key is None and v and _is_bool(m.group("k")):  # `--vanilla_loss x.py`: a flag, then a positional
                     _set_config(facts, m.group("k"), "true", n, s.strip(), source)
         for m in _PROSE_KV.finditer(s):
             if canonical_key(m.group("k")) and not re.search(r"[:=]\s*$", s[: m.start()]):
                 _set_config(facts, m.group("k"), m.group("v"), n, s.strip(), source, kind="text",
-                            fix=_is_fix_context(s, m.start()))
+                            fix=_is_fix_context(s, m.start(), m.end()))
         m = _FROM_PRETRAINED.search(s)
         if m:
             # The model id is the first positional argument, on this line or alone on the next one.
@@ -283,7 +294,7 @@ def inline(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                 facts.set("model", name, "config", n, s.strip(), source)
         m = _HALF_CALL.search(s)
         if m:
-            _set_config(facts, "model.half", "half", n, s.strip(), source, fix=_is_fix_context(s, m.start()))
+            _set_config(facts, "model.half", "half", n, s.strip(), source, fix=_is_fix_context(s, m.start(), m.end()))
         m = _AUTOCAST.search(s)
         if m:
             d = m.group("d") or "fp16"

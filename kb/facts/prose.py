@@ -16,6 +16,7 @@ from kb.canonical import (
     MODEL_FAMILIES,
     is_limit_name,
     is_loss_like,
+    said_as_fix,
 )
 from kb.facts.model import Facts
 from kb.facts.prefilter import Haystack, fold
@@ -58,7 +59,7 @@ _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes? t
                      r"变成|为|是|出现|会|就|直接|也|and [\w/]+ (?:will be|are|were|become)|一直为|一直是|"
                      r"全程|始终|全部|全都|均|"
                      # "loss 和 grad_norm 一直为 0", "loss、grad_norm 都是 nan", "loss and grad_norm are 0"
-                     r"(?:和|与|及|跟|、|/|&|and|as well as)\s*[\w/]+|"
+                     r"(?:和|与|及|跟|、|&|and|as well as)\s*[A-Za-z_][\w/]*|"
                      r"[\w/]+ (?:will be|are|were)))*\s*(?:a |an )?$", re.IGNORECASE)
 _SYMPTOM = (
     (re.compile(r"(?<![A-Za-z0-9_])(?:nan|NaN|NANs?|NaNs|Nan)(?![A-Za-z0-9_])"), "nan"),
@@ -77,6 +78,9 @@ _SYMPTOM = (
                 r" (?:abnormally|steadily|without bound))|abnormally (?:high|large) (?:loss|grad(?:ient)?[_ ]norm)",
                 re.IGNORECASE), "collapse"),
 )
+# "No errors, no nan", "without any inf", "没有出现 nan": the symptom word is said to be absent.
+_SAID_ABSENT = re.compile(r"(?:\bno|\bnot|\bwithout|\bnever|\bzero|没有|没|无|未|不)\s*(?:any\s+|a\s+|出现|发现|见到|遇到)?\s*$",
+                          re.IGNORECASE)
 # Only the training frameworks name the tool; DeepSpeed / transformers / torch appear in nearly every paste.
 _FW_ORDER = ["ms-swift", "OpenRLHF", "LLaMA-Factory", "verl", "xtuner", "trl", "unsloth", "DeepSpeed-Chat",
              "ColossalAI", "axolotl", "Megatron-LM", "nemo-rl", "DeepSpeed", "transformers"]
@@ -231,8 +235,12 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         if m and mentions_ds:
             facts.set("zero_stage", int(next(g for g in m.groups() if g)), "text", n, s, source)
         for rx, impl in attn:
-            if rx.search(s):
-                facts.set("attn_implementation", impl, "text", n, s, source)
+            m = rx.search(s)
+            if m:
+                if said_as_fix(s, m.start(), m.end()):  # "switching to eager attention fixes it"
+                    facts.add("fix_changes", f"attn_implementation={impl}", "text", n, s, source)
+                else:
+                    facts.set("attn_implementation", impl, "text", n, s, source)
                 break
         if collapse.search(s):
             facts.set("output_collapse", True, "text", n, s, source)
@@ -247,7 +255,8 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         if lora.search(s):
             facts.set("use_peft", True, "text", n, s, source)
         m = prose_lr.search(s)
-        if m and not FIX_CUE.search(s[: m.start()]) and not _WORKED.match(s, m.end()) and "learning_rate" not in facts:
+        if (m and not FIX_CUE.search(s[: m.start()]) and not _WORKED.match(s, m.end())
+                and not said_as_fix(s, m.start(), m.end()) and "learning_rate" not in facts):
             lr = float(m.group("v"))
             if 0 < lr < 1:  # "lr 2" is a step count or a list item, not a learning rate
                 facts.set("learning_rate", lr, "text", n, s, source)
@@ -279,7 +288,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         if kto_words.search(s) and "algorithm" not in facts:
             facts.set("algorithm", "KTO", "text", n, s, source)
         for rx, sym in symptoms:
-            if rx.search(s):
+            if any(not _SAID_ABSENT.search(s[max(0, m.start() - 16):m.start()]) for m in rx.finditer(s)):
                 facts.add("symptom", sym, "text", n, s, source)
         if "version_evidence" not in facts and version_words.search(s):
             ev = _version_evidence(s)

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kb.canonical import (
-    FIX_CUE,
     GPU_MODELS,
     GPU_NAME,
     PROSE_LABELS,
     canonical_algorithm,
     canonical_key,
     normalise_value,
+    said_as_fix,
     spec,
 )
 from kb.facts.model import Facts
@@ -110,6 +110,15 @@ def _value_for(key: str, m: re.Match[str] | None) -> Any:
     if kind == "version" and not re.match(r"v?\d", raw):
         return None
     return normalise_value(key, raw)
+
+
+def _end_of(text: str, pos: int, snippet: str) -> int:
+    """Where `snippet` (whitespace collapsed by `_snippet`) ends in `text`, reading from `pos`."""
+    want, i, k = len(re.sub(r"\s+", "", snippet)), pos, 0
+    while i < len(text) and k < want:
+        k += not text[i].isspace()
+        i += 1
+    return i
 
 
 def _snippet(text: str, start: int, end: int) -> str:
@@ -395,6 +404,6 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         line = lines[i][1] if i >= 0 else ""
         if f.how != "label" and _SETTING_LINE.search(line):
             continue
-        if FIX_CUE.search(text[max(0, f.pos - 60):f.pos]):
-            continue  # "changed it to torch_dtype=fp32" is the fix, not the failing run
+        if said_as_fix(text, f.pos, _end_of(text, f.pos, f.snippet)):
+            continue  # "changed it to torch_dtype=fp32", "eager made training work": the fix, not the failing run
         facts.set(f.key, f.value, "text", lines[i][0] if i >= 0 else None, f.snippet, source)
