@@ -79,7 +79,7 @@ _SYMPTOM = (
                 re.IGNORECASE), "collapse"),
 )
 # "No errors, no nan", "without any inf", "没有出现 nan": the symptom word is said to be absent.
-_SAID_ABSENT = re.compile(r"(?:\bno|\bnot|\bwithout|\bnever|\bzero|没有|没|无|未|不)\s*(?:any\s+|a\s+|出现|发现|见到|遇到)?\s*$",
+_SAID_ABSENT = re.compile(r"(?:\bno|\bnot|\bwithout|\bnever|\bzero|没有|没|无|未|不)\s*(?:(?:any|a)\s+|(?:出现|发现|见到|遇到)\s*)?$",
                           re.IGNORECASE)
 # Only the training frameworks name the tool; DeepSpeed / transformers / torch appear in nearly every paste.
 _FW_ORDER = ["ms-swift", "OpenRLHF", "LLaMA-Factory", "verl", "xtuner", "trl", "unsloth", "DeepSpeed-Chat",
@@ -337,7 +337,8 @@ _PKG = (r"(?:torch|pytorch|transformers|trl|peft|deepspeed|accelerate|flash[-_ ]
         r"transformer[-_ ]?engine|\bte\b|liger[-_ ]kernel|triton|jax|cuda|cudnn|nccl|apex|paddle(?:paddle|nlp)?|"
         r"mindspore|colossalai|axolotl|torchao|xformers|sglang|nemo|mlx)")
 _PKG_RX = re.compile(r"(?<![\w-])" + _PKG + r"(?![\w-])", re.IGNORECASE)
-_VER = r"v?(?P<v>\d+\.\d+(?:\.\d+)*(?:\.?(?:post|dev|rc|a|b)\d*)?)(?![\w.])"
+# Starts only where a digit run starts, so a long run of digits is read once, not once per digit.
+_VER = r"(?<![\d.])v?(?P<v>\d+\.\d+(?:\.\d+)*(?:\.?(?:post|dev|rc|a|b)\d*)?)(?![\w.])"
 # "from 4.45 to 4.46": the version it went to
 _FROM = r"(?:from[ \t]+v?\d+(?:\.\d+)+[ \t]+to[ \t]+|从[ \t]*v?\d+(?:\.\d+)+[ \t]*(?:升级|降级|回退)?(?:到|至)[ \t]*)?"
 _VERSION_EVIDENCE = (
@@ -351,7 +352,7 @@ _VERSION_EVIDENCE = (
                                r"(?:on|with|in|under|using|在)[ \t]*(?P<pkg>" + _PKG + r")[ \t]*(?:==|=)?[ \t]*" + _VER,
                                re.IGNORECASE)),
     # "deepspeed==0.12.2 (bad), 0.11.1 (good)", "4.51 则正常", "torch 2.1.0 works"
-    ("{}", re.compile(r"(?P<pkg>" + _PKG + r")?[ \t]*(?:==|=|:)?[ \t]*" + _VER + r"[ \t]*(?:版本)?[ \t]*[(（]?[ \t]*"
+    ("{}", re.compile(r"(?:(?P<pkg>" + _PKG + r")[ \t]*(?:==|=|:)?[ \t]*)?" + _VER + r"[ \t]*(?:版本)?[ \t]*[(（]?[ \t]*"
                       r"(?:则|就|下|上|里|中)?[ \t]*(?P<ok>good|works?|worked|is fine|was fine|fine|正常|没问题|没有问题|"
                       r"可以|ok\b|bad|broken|fails?|failed|有问题|出问题)", re.IGNORECASE)),
     # "after upgrading DeepSpeed to 0.12.2", "starting with transformers 4.21.0", "升级到 4.36 之后"
