@@ -128,10 +128,6 @@ def _line_of(lines: list[tuple[int, str]], key: str, default: int) -> int:
     return default
 
 
-def _is_fix_context(s: str, start: int, end: int) -> bool:
-    return said_as_fix(s, start, end)
-
-
 def structured(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     """YAML and pretty-printed JSON (nested keys become dotted paths) plus `key = value` lines."""
     stack: list[tuple[int, str]] = []
@@ -270,19 +266,19 @@ def inline(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                 continue
             if canonical_key(m.group("k")) or m.group("k").lower() in ("fp16", "bf16", "half"):
                 _set_config(facts, m.group("k"), _clean_value(m.group("v")), n, s.strip(), source,
-                            fix=_is_fix_context(s, m.start(), m.end()))
+                            fix=said_as_fix(s, m.start(), m.end()))
         if "--" in s:
             for m in _FLAG.finditer(s):
                 v = m.group("v")
                 val = _clean_value(v) if v else "true"
                 key = _set_config(facts, m.group("k"), val, n, s.strip(), source,
-                                  fix=_is_fix_context(s, m.start(), m.end()))
+                                  fix=said_as_fix(s, m.start(), m.end()))
                 if key is None and v and _is_bool(m.group("k")):  # `--vanilla_loss x.py`: a flag, then a positional
                     _set_config(facts, m.group("k"), "true", n, s.strip(), source)
         for m in _PROSE_KV.finditer(s):
             if canonical_key(m.group("k")) and not re.search(r"[:=]\s*$", s[: m.start()]):
                 _set_config(facts, m.group("k"), m.group("v"), n, s.strip(), source, kind="text",
-                            fix=_is_fix_context(s, m.start(), m.end()))
+                            fix=said_as_fix(s, m.start(), m.end()))
         m = _FROM_PRETRAINED.search(s)
         if m:
             # The model id is the first positional argument, on this line or alone on the next one.
@@ -294,7 +290,7 @@ def inline(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                 facts.set("model", name, "config", n, s.strip(), source)
         m = _HALF_CALL.search(s)
         if m:
-            _set_config(facts, "model.half", "half", n, s.strip(), source, fix=_is_fix_context(s, m.start(), m.end()))
+            _set_config(facts, "model.half", "half", n, s.strip(), source, fix=said_as_fix(s, m.start(), m.end()))
         m = _AUTOCAST.search(s)
         if m:
             d = m.group("d") or "fp16"
