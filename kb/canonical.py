@@ -443,6 +443,12 @@ def is_limit_name(name: str) -> bool:
     return bool(re.match(r"(?:max|min)[_\-]", n)) or any(w in n for w in ("clip", "threshold", "limit", "_cap"))
 
 
+def is_grad_norm(name: str) -> bool:
+    """`grad_norm`, `actor/grad_norm`, `gradnorm`: a gradient norm (exactly 0 means no gradient reached the weights)."""
+    n = name.lower()
+    return "grad" in n and "norm" in n
+
+
 def is_loss_like(name: str) -> bool:
     """`loss`, `nll_loss`, `train/loss`; not `loss_scale`, `kl_coef` or `loss_weight`."""
     n = name.lower()

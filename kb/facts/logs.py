@@ -12,6 +12,7 @@ from kb.canonical import (
     GPU_NAME,
     GPU_WITHOUT_BF16,
     canonical_package,
+    is_grad_norm,
     is_limit_name,
     is_loss_like,
 )
@@ -181,7 +182,7 @@ def metric_facts(records: list[Record], facts: Facts, source: str) -> None:
                 facts.add("zero_metrics", k, "log", r.line, detail, source)
                 facts.add("symptom", "zero_loss", "log", r.line, detail, source)
                 bad_here = True
-            elif v == 0.0 and "grad" in k.lower() and "norm" in k.lower():
+            elif v == 0.0 and is_grad_norm(k):
                 facts.add("symptom", "zero_grad", "log", r.line, detail, source)  # no gradient reached the weights
             elif abs(v) > 1e4 and (is_loss_like(k) or "norm" in k.lower() or "advantage" in k.lower()):
                 facts.add("huge_metrics", k, "log", r.line, detail, source)

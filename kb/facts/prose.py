@@ -14,6 +14,7 @@ from kb.canonical import (
     FRAMEWORKS,
     LIGHTNING_PRECISION,
     MODEL_FAMILIES,
+    is_grad_norm,
     is_limit_name,
     is_loss_like,
     said_as_fix,
@@ -406,7 +407,7 @@ def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: s
         if is_loss_like(name):
             facts.add("zero_metrics", name, "text", n, s, source)
             facts.add("symptom", "zero_loss", "text", n, s, source)
-        elif "grad" in name and "norm" in name:
+        elif is_grad_norm(name):
             # "grad_norm 一直为 0", "the logged grad_norm was zero": no gradient reaches the weights (a symptom of
             # its own; zero_metrics stays the loss-like metrics that the curated rules reason about).
             facts.add("symptom", "zero_grad", "text", n, s, source)
