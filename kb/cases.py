@@ -123,8 +123,10 @@ class CaseProblem(BaseModel):
 def parse_case(text: str, name: str = "<case>") -> Case:
     import yaml
 
+    from kb.documents import YAML_LOADER
+
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=YAML_LOADER)  # a safe loader (libyaml's when present)
     except yaml.YAMLError as e:
         raise ValueError(f"not valid YAML: {e}") from None
     if not isinstance(data, dict):

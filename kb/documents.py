@@ -14,7 +14,7 @@ from kb.facts.boundary import too_deep
 from kb.records import Bilingual, Incident
 
 # libyaml's loader is ~10x faster than the pure-Python one; loading the corpus is on the CLI's cold path.
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _FRONT = re.compile(r"\A\ufeff?---[ \t]*\r?\n(.*?)\r?\n---[ \t]*\r?\n?(.*)\Z", re.DOTALL)
 _LANG_HEADING = re.compile(r"^##\s+(English|中文|Chinese|EN|ZH)\s*$", re.MULTILINE | re.IGNORECASE)
 
@@ -40,7 +40,7 @@ def parse_incident_md(text: str, *, source: str = "<text>") -> Incident:
     if too_deep(m.group(1)):
         raise InputError(f"{source}: front matter nested deeper than KB_MAX_NESTING")
     try:
-        data = yaml.load(m.group(1), Loader=_Loader)
+        data = yaml.load(m.group(1), Loader=YAML_LOADER)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 2}" if mark is not None else ""
@@ -86,7 +86,7 @@ def lint_front_matter(text: str, *, source: str = "<text>") -> list[str]:
     lines = front.split("\n")
     problems: list[str] = []
     try:
-        events = list(yaml.parse(front, Loader=_Loader))
+        events = list(yaml.parse(front, Loader=YAML_LOADER))
     except yaml.YAMLError:
         return []  # parse_incident_md reports malformed YAML with its own message
     key: str | None = None

@@ -126,7 +126,12 @@ class KnowledgeBase:
             raise InputError(f"cannot use the data dir {data_dir} (--data-dir / KB_DATA_DIR): "
                              f"{getattr(e, 'strerror', None) or e}") from None
         self.load_problems: list[str] = []
+        # `_lock` guards the caches and is held only for short reads and swaps. Builds (the index, the case model)
+        # run outside it, one at a time under their own lock, while readers answer from the previous build.
         self._lock = threading.RLock()
+        self._build_lock = threading.Lock()
+        self._case_lock = threading.Lock()
+        self._case_stale = False
         self._records: dict[str, Incident] | None = None
         self._fingerprint: str | None = None
         self._doc_tokens: dict[str, tuple[Incident, set[str]]] = {}
@@ -164,7 +169,7 @@ class KnowledgeBase:
         with self._lock:
             self._records = None
             self._fingerprint = None
-            self._case_model = False
+            self._case_stale = True  # rebuilt on next use; the current one answers while that runs
 
     def get(self, incident_id: str) -> Incident:
         try:
@@ -222,15 +227,17 @@ class KnowledgeBase:
 
     def build_index(self, force: bool = False, progress: Callable[[int, int], None] | None = None
                     ) -> index_bundle.IndexBundle:
-        """Build (or reuse) the index for the current records and embedding model."""
-        with self._lock:
-            fp = self.fingerprint()
-            if not force:
+        """Build (or reuse) the index for the current records and embedding model.
+
+        One build at a time; readers keep searching the previous index until the new one is swapped in."""
+        with self._build_lock:
+            with self._lock:
+                fp = self.fingerprint()
                 existing = self._bundle if self._bundle is not None else index_bundle.load(self.index_root)
-                if existing is not None and existing.meta.get("fingerprint") == fp:
+                if not force and existing is not None and existing.meta.get("fingerprint") == fp:
                     self._bundle = existing
                     return existing
-            recs = list(self.records.values())
+                recs = list(self.records.values())
             bar = None
             if progress is None and self.progress:
                 from tqdm import tqdm
@@ -241,19 +248,20 @@ class KnowledgeBase:
                     bar.n = done
                     bar.refresh()
 
-            previous = self._bundle if self._bundle is not None else index_bundle.load(self.index_root)
             try:
-                self._bundle = index_bundle.build(recs, self.embedder, fp, self.index_root, progress,
-                                                  previous=previous)
+                bundle = index_bundle.build(recs, self.embedder, fp, self.index_root, progress, previous=existing)
             finally:
                 if bar is not None:
                     bar.close()
-            return self._bundle
+            with self._lock:
+                self._bundle = bundle
+            return bundle
 
     def _index(self) -> index_bundle.IndexBundle:
-        if self._bundle is None or self._bundle.meta.get("fingerprint") != self.fingerprint():
-            return self.build_index()
-        return self._bundle
+        b = self._bundle
+        if b is not None and (b.meta.get("fingerprint") == self.fingerprint() or self._build_lock.locked()):
+            return b  # current, or a rebuild is under way and the previous index answers meanwhile
+        return self.build_index()
 
     # ---------------------------------------------------------------- retrieval
     def search(self, text: str, k: int = 10, filters: dict[str, str] | None = None,
@@ -357,19 +365,40 @@ class KnowledgeBase:
         return found
 
     def case_model(self) -> tuple[Any, Any] | None:
-        """(case index, fitted ranker) for diagnosis, or None when there is no case base or no fitted ranker."""
-        with self._lock:
-            if self._case_model is False:
-                from kb.diagnose.learned import CaseIndex, Ranker, TextModel
+        """(case index, fitted ranker) for diagnosis, or None when there is no case base or no fitted ranker.
 
-                ranker = Ranker.load()
-                cases = self.cases if ranker is not None else []
-                self._case_model = None
-                if cases:
-                    index = CaseIndex.build(cases, self.embedder, self.data_dir / "cases-index.npz")
-                    ranker.text = TextModel.for_cases(cases, self.data_dir / "cases-text.npz")
-                    self._case_model = (index, ranker)
-            return self._case_model or None
+        Built once; after an ingest it is rebuilt by the next caller while the others use the previous one."""
+        with self._lock:
+            current, stale = self._case_model, self._case_stale
+        if current is not False and (not stale or self._case_lock.locked()):
+            return current or None
+        with self._case_lock:
+            with self._lock:
+                if self._case_model is not False and not self._case_stale:
+                    return self._case_model or None
+                self._case_stale = False  # an ingest during the build marks it stale again
+                record_ids = list(self.records.keys())
+            try:
+                built = self._build_case_model(record_ids)
+            except BaseException:
+                with self._lock:
+                    self._case_stale = True
+                raise
+            with self._lock:
+                self._case_model = built
+            return built
+
+    def _build_case_model(self, record_ids: list[str]) -> tuple[Any, Any] | None:
+        from kb.cases import load_cases
+        from kb.diagnose.learned import CaseIndex, Ranker, TextModel
+
+        ranker = Ranker.load()
+        cases = load_cases(self.cases_dir, record_ids)[0] if ranker is not None else []
+        if not cases:
+            return None
+        index = CaseIndex.build(cases, self.embedder, self.data_dir / "cases-index.npz")
+        ranker.text = TextModel.for_cases(cases, self.data_dir / "cases-text.npz")
+        return index, ranker
 
     def _matched_terms(self, q_tokens: list[str], inc: Incident, b: index_bundle.IndexBundle) -> list[str]:
         # Cached per record object: reload() builds new records, so an edited record is re-tokenized.

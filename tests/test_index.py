@@ -1,6 +1,7 @@
 """Index build, reload, staleness and atomic publication with the real embedding model and FAISS."""
 
 import shutil
+import threading
 
 import pytest
 
@@ -60,6 +61,37 @@ def test_crash_mid_build_leaves_previous_index_usable(small_kb):
     assert survivor is not None and survivor.path == first.path
     assert not list(small_kb.index_root.glob(".build-*"))
     assert small_kb.ask("loss nan").results
+
+
+def test_readers_answer_from_the_previous_index_while_a_rebuild_runs(small_kb):
+    small_kb.build_index()
+    small_kb.case_model()
+    src = next(small_kb.incidents_dir.glob("*/incident.md"))
+    copy = src.read_text(encoding="utf-8").replace(f"id: {src.parent.name}", "id: rebuilt-copy", 1)
+    assert small_kb.ingest_text(copy, name="incident.md", allow_duplicate=True).status == "created"
+
+    in_build, release = threading.Event(), threading.Event()
+
+    def hold(done, total):  # the rebuild pauses mid-way until the reader has its answer
+        in_build.set()
+        assert release.wait(120)
+
+    builder = threading.Thread(target=small_kb.build_index, kwargs={"progress": hold})
+    builder.start()
+    try:
+        assert in_build.wait(120)
+        answers: list = []
+        reader = threading.Thread(target=lambda: answers.append(small_kb.ask("loss nan")))
+        reader.start()
+        reader.join(60)  # before, the reader waited on the builder's lock, i.e. forever here
+        assert not reader.is_alive(), "a reader waited for the rebuild"
+        assert answers and answers[0].results
+        assert "rebuilt-copy" not in {h.id for h in answers[0].results}  # the previous index, without the copy
+    finally:
+        release.set()
+        builder.join(120)
+    assert small_kb.index_is_current()
+    assert "rebuilt-copy" in {h.id for h in small_kb.search(copy[:2000], k=20)}
 
 
 def test_array_fusion_ranks_exactly_as_the_reference_fusion():

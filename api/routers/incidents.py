@@ -123,11 +123,13 @@ async def ingest(request: Request, response: Response, metrics: MetricsDep, kb: 
 
 
 def _ingest_locked(kb, lock, body: IngestRequest) -> IngestOutcome:
-    # One writer at a time; readers keep using the old index until the library swaps in the new one.
+    # One writer at a time; readers keep using the old index and case model until the library swaps in the new
+    # ones, which the writer builds here so that no reader waits for them.
     with lock:
         outcome = kb.ingest_text(body.text, name=body.name, fmt=body.fmt, allow_duplicate=body.allow_duplicate)
         if outcome.status in ("created", "updated"):
             kb.build_index()
+            kb.case_model()
         return outcome
 
 
