@@ -127,6 +127,15 @@ def test_metrics_named_together_and_a_zero_gradient_norm():
     assert "symptom" not in values("loss 和 acc 正常, grad_norm 1.2")
 
 
+def test_an_evaluation_loss_named_in_prose_is_the_eval_loss():
+    f = values("llama-recipes fine-tuning: evaluation loss is nan while training loss is fine")
+    assert f["nan_metrics"] == ["eval_loss"]
+    assert values("训练 loss 正常下降，验证集 loss 为 nan")["nan_metrics"] == ["eval_loss"]
+    assert values("val loss becomes nan after epoch 2")["nan_metrics"] == ["eval_loss"]
+    assert values("the loss is nan at step 3")["nan_metrics"] == ["loss"]
+    assert values("at some intervals loss nan")["nan_metrics"] == ["loss"]  # "val" inside a word is not one
+
+
 def test_a_loss_that_climbs_instead_of_falling_is_a_divergence():
     for text in ("用张量并行训练 BLOOM 时 loss 不降反升", "grad_norm 越来越大",
                  "the logged gradient norm rose abnormally with ZeRO-0", "the loss keeps growing after step 1000"):

@@ -61,6 +61,8 @@ _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes? t
                      r"全程|始终|全部|全都|均|"
                      # "loss 和 grad_norm 一直为 0", "loss、grad_norm 都是 nan", "loss and grad_norm are 0"
                      r"(?:和|与|及|跟|、|&|and|as well as)\s*[A-Za-z_][\w/]*|"
+                     # "the training loss and the eval loss are nan"
+                     r"(?:and|as well as) the (?:eval\w*|validation|val|train\w*|test) [A-Za-z_][\w/]*|"
                      r"[\w/]+ (?:will be|are|were)))*\s*(?:a |an )?$", re.IGNORECASE)
 _SYMPTOM = (
     (re.compile(r"(?<![A-Za-z0-9_])(?:nan|NaN|NANs?|NaNs|Nan)(?![A-Za-z0-9_])"), "nan"),
@@ -277,11 +279,11 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         for m in prose_metric.finditer(s):
             if not _GAP_OK.match(m.group("gap")):
                 continue
-            _prose_metric(facts, m.group("m"), m.group("v"), n, s, source)
+            _prose_metric(facts, m.group("m"), m.group("v"), n, s, source, m.start("m"))
         for m in trajectory.finditer(s):
-            _prose_metric(facts, m.group("m"), m.group("v"), n, s, source)
+            _prose_metric(facts, m.group("m"), m.group("v"), n, s, source, m.start("m"))
         for m in metric_rev.finditer(s):
-            _prose_metric(facts, m.group("m"), m.group("v"), n, s, source)
+            _prose_metric(facts, m.group("m"), m.group("v"), n, s, source, m.start("m"))
         if lr_fix.search(s):
             facts.add("fix_changes", "learning_rate=lower", "text", n, s, source)
         for m in loss_type.finditer(s):
@@ -396,8 +398,16 @@ def _version_evidence(s: str) -> str | None:
     return None
 
 
-def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: str) -> None:
+# "evaluation loss is nan", "验证集 loss 为 nan": the loss named in prose is the evaluation loss (a different signal
+# from a training loss that goes bad: all-labels-masked eval batches, issue 11's taxonomy).
+_EVAL_BEFORE = re.compile(r"(?:(?<![A-Za-z])(?:eval(?:uation)?|validation|val|dev|test)|验证集?|评估|测试集?)[ _]*$",
+                          re.IGNORECASE)
+
+
+def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: str, start: int = -1) -> None:
     name = name.strip("/").lower()
+    if name == "loss" and start > 0 and _EVAL_BEFORE.search(s[max(0, start - 12):start]):
+        name = "eval_loss"
     if is_limit_name(name):
         return  # `max_grad_norm: inf` is a setting
     if name in ("accuracy",):
