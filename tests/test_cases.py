@@ -10,6 +10,7 @@ import pytest
 
 from kb import KnowledgeBase
 from kb.cases import load_cases, parse_case, thread_key
+from kb.facts import extract_facts
 
 GOOD = """
 id: gh-example-repo-1
@@ -127,6 +128,32 @@ def real_kb(repo_root, tmp_path_factory) -> KnowledgeBase:
     if kb.case_model() is None:
         pytest.fail("the shipped case base and kb/diagnose/learned.json must give a case model")
     return kb
+
+
+@pytest.mark.parametrize(("text", "category"), [
+    ("Function 'FusedAttnFuncBackward' returned nan values in its 2th output.", "attention-kernel-bug"),
+    ("NaN loss with attn_implementation sdpa; attn_implementation='eager' made training work", "attention-kernel-bug"),
+    ("SFT: evaluation loss is nan while the training loss is fine", "all-labels-masked"),
+    ("微调 internlm-xcomposer2 时 loss 一直为 0，max_length 调大后正常", "all-labels-masked"),
+    ("Fine-tuning with the template prints WARNING: tokenization mismatch: 132 vs. 124. (ignored)", "all-labels-masked"),
+])
+def test_category_cues_read_on_a_paste_name_the_taxonomy_signal(text, category):
+    from kb.cues import score_query
+
+    scores = score_query(extract_facts(text), text)
+    assert max(scores, key=scores.get) == category, scores
+
+
+def test_category_cues_keep_their_conditions_on_a_paste():
+    from kb.cues import score_query
+
+    # A loss of 0 is expected of GRPO at the start and is no all-labels-masked signal there; nor is a paste that
+    # names no mechanism at all.
+    assert "all-labels-masked" not in score_query(extract_facts("GRPO loss 一直为 0"), "GRPO loss 一直为 0")
+    assert score_query(extract_facts("my model trains fine"), "my model trains fine") == {}
+    # A training loss that goes NaN with the eval loss is not the eval-only signal.
+    text = "both the training loss and the eval loss are nan"
+    assert "all-labels-masked" not in score_query(extract_facts(text), text)
 
 
 @pytest.mark.slow

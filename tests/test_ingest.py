@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from kb.cues import cues
 from kb.errors import InputError, InputTooLarge, NotFound
 from kb.ingest import IngestResult, parse_document, read_document
 from kb.ingest.boilerplate import strip_boilerplate
-from kb.ingest.categorize import cues
 from kb.taxonomy import categories
 
 DATA = Path(__file__).resolve().parent / "data" / "ingest"

@@ -381,8 +381,12 @@ def diagnose(kb: Searcher, log: str | None = None, config: str | None = None, qu
                      lang=lang)
 
 
-def query_view(kb: Searcher, facts: Facts, cands: list[Candidate], query: str, index: CaseIndex) -> learned.QueryView:
-    """What the rules said about a query, per category, plus its similarity to every case."""
+def query_view(kb: Searcher, facts: Facts, cands: list[Candidate], query: str, index: CaseIndex,
+               text: str = "") -> learned.QueryView:
+    """What the rules said about a query, per category, its similarity to every case, and the category cues read
+    on its text (the whole paste; `query` when not given)."""
+    from kb.cues import score_query
+
     scores: dict[str, float] = {}
     fired: set[str] = set()
     for c in cands:
@@ -392,7 +396,7 @@ def query_view(kb: Searcher, facts: Facts, cands: list[Candidate], query: str, i
             fired.add(cat)
     top = cands[0].incident.root_cause.category if cands else None
     sims = index.similarities(query, kb.embed_query(query)) if query.strip() else np.zeros(len(index.cases))
-    return learned.QueryView(facts, scores, fired, top, sims)
+    return learned.QueryView(facts, scores, fired, top, sims, score_query(facts, text or query))
 
 
 def _item(c: Candidate, others: list[Candidate], lang: str, confidence: float, first: bool) -> DiagnosisItem:
@@ -411,7 +415,7 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
                        query: str, whole: str, lang: str, k: int, warnings: list[str]) -> Diagnosis:
     """Rules + nearest real reports, weighed by the ranker fitted on the case base (kb.diagnose.learned)."""
     index, ranker = model
-    view = query_view(kb, facts, cands, query, index)
+    view = query_view(kb, facts, cands, query, index, whole)
     case_labels = [learned.label_of(c) for c in index.cases]
     labels = list(dict.fromkeys([*ranker.labels, *view.category_scores, learned.OUT_OF_SCOPE]))
     prior = learned.priors(case_labels, labels)

@@ -259,7 +259,7 @@ def _case_views(kb: Diagnoser, cases: list, index) -> list[dict[str, Any]]:
         hits = kb.search(query, k=len(kb.records) if excl else 1, mode="hybrid")
         if excl:
             hits = search_without(hits, excl, "hybrid")
-        rows.append({"case": c, "text": text, "view": query_view(kb, facts, cands, query, index),
+        rows.append({"case": c, "text": text, "view": query_view(kb, facts, cands, query, index, text),
                      "counts": learned.text_counts(text), "excluded": sorted(excl),
                      "hybrid_top": hits[0].incident.root_cause.category if hits else None,
                      "rules_top": cands[0].incident.root_cause.category if cands else None,

@@ -37,7 +37,7 @@ NEIGHBOURS = 8
 UNSURE_BELOW = 0.35
 FEATURES = ("engine", "engine_top", "fired", "knn", "nn1", "prior",
             "oos_bias", "oos_no_symptom", "oos_error", "oos_symptom", "oos_knn", "oos_inference",
-            "fw_bias", "fw_versions", "fw_no_rule", "fw_release_words", "text", "oos_text")
+            "fw_bias", "fw_versions", "fw_no_rule", "fw_release_words", "text", "oos_text", "cue")
 # Words of a report about generation or serving, not training (an out-of-scope signal when no metric went bad).
 _INFERENCE_WORDS = re.compile(r"inference|推理|generat\w*|生成|cli_demo|deploy\w*|部署|serving|vllm serve|乱码|gibberish|"
                               r"repeat\w*|复读", re.IGNORECASE)
@@ -172,6 +172,10 @@ class QueryView:
     fired: set[str]  # categories with a fired trigger
     engine_top: str | None
     sims: np.ndarray  # similarity to every case of the index
+    # The category cue table (kb/data/category_cues.yaml, the taxonomy's signals) read on the paste: summed weight
+    # per category. Unlike the rules it names no incident, so it speaks for a mechanism whose incidents are
+    # missing or held out.
+    cues: dict[str, float] = field(default_factory=dict)
 
     @property
     def symptom(self) -> bool:
@@ -231,6 +235,7 @@ def features(view: QueryView, label: str, nbrs: list[int], labels: Sequence[str]
         "fw_release_words": 1.0 if fw and _RELEASE_WORDS.search(text[:4000]) else 0.0,
         "text": 0.0 if oos or text_scores is None else text_scores[1].get(label, 0.0),
         "oos_text": text_scores[0] if oos and text_scores is not None else 0.0,
+        "cue": math.log1p(view.cues.get(label, 0.0)),
     }
     return np.array([f[k] for k in FEATURES], dtype=np.float64)
 

@@ -11,13 +11,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
+from kb import cues as cat
 from kb.canonical import FACTS
 from kb.errors import InputError
 from kb.facts import Facts
 from kb.facts.boundary import too_deep
 from kb.facts.pipeline import DEFAULT as PIPELINE
 from kb.facts.statements import REL_SYMBOL, extract_config, extract_errors, extract_metrics, extract_relations
-from kb.ingest import categorize as cat
 from kb.ingest.boilerplate import strip_boilerplate
 from kb.ingest.extract import extract_onset, find_algorithm, find_framework, find_model, source_urls
 from kb.ingest.htmltext import html_to_text
