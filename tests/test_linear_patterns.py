@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-MODULES = ["kb.canonical", "kb.conditions", "kb.tokenize"] + [
+MODULES = ["kb.canonical", "kb.conditions", "kb.cues", "kb.tokenize"] + [
     f"{pkg}.{m.name}" for pkg in ("kb.facts", "kb.diagnose", "kb.ingest")
     for m in pkgutil.iter_modules(importlib.import_module(pkg).__path__)]
 
@@ -37,6 +37,30 @@ def patterns() -> list[tuple[str, re.Pattern[str]]]:
         for attr, obj in vars(m).items():
             visit(f"{mod}.{attr}", obj)
     return sorted(found.values(), key=lambda t: t[0])
+
+
+def data_patterns() -> list[tuple[str, re.Pattern[str]]]:
+    """Patterns that are data, compiled as the library compiles them: the category cues (read on whole articles
+    and on pastes), and the curated incidents' signatures and trigger conditions (read on pastes)."""
+    from pathlib import Path
+
+    from kb.cues import cues
+    from kb.documents import load_incidents
+
+    out: dict[str, re.Pattern[str]] = {}
+    for cue in cues():
+        for cond in (*cue.trigger.all, *cue.trigger.any, *cue.trigger.none):
+            if cond.op == "regex":
+                out.setdefault(f"cue {cue.category}: {cue.name}", re.compile(str(cond.value), re.IGNORECASE))
+    records, _ = load_incidents(Path(__file__).resolve().parent.parent / "incidents")
+    for rec in records:
+        for i, sig in enumerate(rec.symptoms.signatures):
+            out[f"{rec.id} signature {i}"] = re.compile(sig.pattern, re.IGNORECASE | re.MULTILINE)
+        for trig in rec.triggers:
+            for cond in (*trig.all, *trig.any, *trig.none):
+                if cond.op == "regex":
+                    out[f"{rec.id} trigger {trig.id}"] = re.compile(str(cond.value), re.IGNORECASE)
+    return sorted(out.items())
 
 
 # Shapes that make backtracking patterns blow up: long runs of one class, and separators that almost match.
@@ -76,13 +100,15 @@ def _work(rx: re.Pattern[str], text: str, scan: bool = True) -> float:
     return best
 
 
-ALL = patterns()
+ALL = patterns() + data_patterns()
 
 
 def test_the_scan_sees_the_patterns_that_read_input():
     names = {n for n, _ in ALL}
     assert len(ALL) > 80
     assert "kb.facts.configs._KV_LINE" in names and "kb.facts.logs._PAIR" in names
+    assert any(n.startswith("cue all-labels-masked") for n in names)
+    assert any(" signature " in n for n in names) and any(" trigger " in n for n in names)
 
 
 def test_the_ratio_check_catches_a_quadratic_pattern():
