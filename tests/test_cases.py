@@ -163,6 +163,12 @@ def test_out_of_scope_report_gets_the_not_a_divergence_route(real_kb):
     assert d.abstained and d.route == "out-of-scope" and d.scope == "out"
     assert "not a NaN / divergence problem" in d.reason and "cuda_oom" in d.reason
     assert d.similar_reports
+    # The configuration matches a mechanism's rule (fp16 on V100), but the paste's own problem is the OOM.
+    config = "deepspeed --num_gpus 4 train.py --fp16 True --model_name_or_path Qwen1.5-14B-Chat on 4x V100 32GB"
+    d = real_kb.diagnose(text=config + "\ntorch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.2 GiB")
+    assert d.route == "out-of-scope" and "cuda_oom" in d.reason
+    # The same configuration pasted on its own is a question about it: in scope.
+    assert real_kb.diagnose(text=config).scope == "in"
 
 
 @pytest.mark.slow

@@ -499,8 +499,13 @@ def decide(probs: np.ndarray, labels: Sequence[str]) -> list[int]:
 
 def no_divergence(view: QueryView) -> bool:
     """Nothing in the report went NaN, inf or zero or diverged, and no curated mechanism's rule fired: whatever it
-    is, it is not a training divergence (issue 11's scope), however much it reads like one."""
-    return not view.symptom and not view.fired
+    is, it is not a training divergence (issue 11's scope), however much it reads like one. A fired rule keeps a
+    symptom-less paste in scope (a config pasted on its own is a question about that config), except when the
+    paste's own error is an out-of-scope one (out of memory, an import or install error): that error is the
+    problem, and the configuration merely resembles a mechanism's."""
+    if view.symptom:
+        return False
+    return not view.fired or bool(set(view.facts.value("errors", [])) & OUT_OF_SCOPE_ERRORS)
 
 
 def inference_only(text: str) -> bool:
