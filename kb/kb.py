@@ -377,9 +377,8 @@ class KnowledgeBase:
                 if self._case_model is not False and not self._case_stale:
                     return self._case_model or None
                 self._case_stale = False  # an ingest during the build marks it stale again
-                record_ids = list(self.records.keys())
             try:
-                built = self._build_case_model(record_ids)
+                built = self._build_case_model()
             except BaseException:
                 with self._lock:
                     self._case_stale = True
@@ -388,12 +387,11 @@ class KnowledgeBase:
                 self._case_model = built
             return built
 
-    def _build_case_model(self, record_ids: list[str]) -> tuple[Any, Any] | None:
-        from kb.cases import load_cases
+    def _build_case_model(self) -> tuple[Any, Any] | None:
         from kb.diagnose.learned import CaseIndex, Ranker, TextModel
 
         ranker = Ranker.load()
-        cases = load_cases(self.cases_dir, record_ids)[0] if ranker is not None else []
+        cases = self.cases if ranker is not None else []
         if not cases:
             return None
         index = CaseIndex.build(cases, self.embedder, self.data_dir / "cases-index.npz")

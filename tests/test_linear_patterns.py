@@ -49,17 +49,17 @@ def data_patterns() -> list[tuple[str, re.Pattern[str]]]:
 
     out: dict[str, re.Pattern[str]] = {}
     for cue in cues():
-        for cond in (*cue.trigger.all, *cue.trigger.any, *cue.trigger.none):
+        for i, cond in enumerate((*cue.trigger.all, *cue.trigger.any, *cue.trigger.none)):
             if cond.op == "regex":
-                out.setdefault(f"cue {cue.category}: {cue.name}", re.compile(str(cond.value), re.IGNORECASE))
+                out[f"cue {cue.category}: {cue.name} {i}"] = re.compile(str(cond.value), re.IGNORECASE)
     records, _ = load_incidents(Path(__file__).resolve().parent.parent / "incidents")
     for rec in records:
         for i, sig in enumerate(rec.symptoms.signatures):
             out[f"{rec.id} signature {i}"] = re.compile(sig.pattern, re.IGNORECASE | re.MULTILINE)
         for trig in rec.triggers:
-            for cond in (*trig.all, *trig.any, *trig.none):
+            for i, cond in enumerate((*trig.all, *trig.any, *trig.none)):
                 if cond.op == "regex":
-                    out[f"{rec.id} trigger {trig.id}"] = re.compile(str(cond.value), re.IGNORECASE)
+                    out[f"{rec.id} trigger {trig.id} {i}"] = re.compile(str(cond.value), re.IGNORECASE)
     return sorted(out.items())
 
 

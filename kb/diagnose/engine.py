@@ -16,6 +16,7 @@ import numpy as np
 
 from kb.canonical import OUT_OF_SCOPE_ERRORS
 from kb.conditions import TriggerResult, describe, evaluate_trigger, normalised, same_value
+from kb.cues import score_query
 from kb.diagnose import learned
 from kb.diagnose.learned import CaseIndex, Ranker
 from kb.diagnose.models import Candidate as LabelProbability
@@ -385,8 +386,6 @@ def query_view(kb: Searcher, facts: Facts, cands: list[Candidate], query: str, i
                text: str = "") -> learned.QueryView:
     """What the rules said about a query, per category, its similarity to every case, and the category cues read
     on its text (the whole paste; `query` when not given)."""
-    from kb.cues import score_query
-
     scores: dict[str, float] = {}
     fired: set[str] = set()
     for c in cands:
