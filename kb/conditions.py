@@ -75,6 +75,10 @@ def check(cond: Condition, facts: Facts) -> tuple[bool, Fact | None]:
         if other is None:
             return False, None
         want: Any = other.value
+    elif cond.op == "regex":
+        # A pattern is matched case-insensitively as written: lowercasing it would turn \W, \S, \D or \B into
+        # their opposites.
+        want = cond.value
     else:
         want = normalised(cond.fact, cond.value)
     op = cond.op

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from kb.conditions import check, evaluate_trigger
+from kb.cues import score_query
 from kb.documents import dump_incident_md
 from kb.errors import InputError
-from kb.facts import extract_facts
+from kb.facts import Facts, extract_facts
 from kb.kb import KnowledgeBase
 from kb.records import Condition, Incident, Trigger
 
@@ -74,6 +75,17 @@ def test_condition_ops():
     assert check(C(fact="nan_metrics", op="regex", value="^nll"), f)[0]
     _, fact = check(C(fact="nan_metrics", op="contains", value="nll_loss"), f)
     assert fact.line == 2  # the evidence points at the metric line
+
+
+def test_regex_conditions_keep_their_upper_case_escapes():
+    # Lowercasing a pattern turns \W into \w (and \S, \D, \B into their opposites): it must be used as written.
+    f = Facts()
+    f.set("reported_text", "the batches had num_label_tokens = 0", "text", None, "reported_text")
+    assert check(C(fact="reported_text", op="regex", value=r"num_label_tokens\W{0,4}=\s*0\b"), f)[0]
+    assert check(C(fact="reported_text", op="regex", value=r"NUM_LABEL_TOKENS\W+=\S*\s*0"), f)[0]  # still case-insensitive
+    assert not check(C(fact="reported_text", op="regex", value=r"num_label_tokens\D{0,4}=\s*1"), f)[0]
+    # The category cue written with \W reads such a paste (it never fired before).
+    assert score_query(Facts(), "NaN loss from the start; the batches had num_label_tokens = 0")["all-labels-masked"] > 0
 
 
 def test_trigger_all_any_none():
