@@ -88,6 +88,14 @@ def test_a_dtype_the_gpu_cannot_use_is_not_the_runs_precision():
     assert values("my T4 doesn't support bf16, so training runs in fp16")["precision"] == "fp16"
 
 
+def test_a_model_held_in_half_precision_is_its_weights_dtype():
+    assert values("Qwen1.5-7B-Chat (model run in float16), loss nan from the second step")["weights_dtype"] == "fp16"
+    assert values("the model is kept in fp16 and trained with AdamW")["weights_dtype"] == "fp16"
+    assert "weights_dtype" not in values("the model trains in bf16 and the loss is nan at step 40")
+    # "trained in fp16" is how people say mixed precision: the compute dtype, not where the weights live
+    assert "weights_dtype" not in values("the model was trained in fp16 and the loss went nan")
+
+
 def test_a_spike_and_a_lower_learning_rate_said_in_words():
     f = values("LLaMA2-7B 微调，loss 陡增后变为 0")
     assert f["spike_metrics"] == ["loss"] and "collapse" in f["symptom"]

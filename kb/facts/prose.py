@@ -27,7 +27,8 @@ _GOOD = re.compile(r"\b(?:correct|works?|worked|working|fine|ok|okay|normal|solv
                    r"is good|succeed\w*|stable|instead|try|should)\b|正常|没问题|不会有问题|可以|解决|work了|好了|试试|"
                    r"换成|改成|调整到|改为", re.IGNORECASE)
 _INFERENCE = re.compile(r"inference|推理|generat(?:e|ion) only", re.IGNORECASE)
-_MODEL_HALF = re.compile(r"model\s+(?:in|to|with|as)\s+(?:fp16|float16|half)|(?:fp16|float16|half)[- ](?:precision )?"
+_MODEL_HALF = re.compile(r"model\s+(?:(?:is|was|being)\s+)?(?:(?:run|held|kept|stored)\s+)?(?:in|to|with|as)\s+"
+                         r"(?:fp16|float16|half)|(?:fp16|float16|half)[- ](?:precision )?"
                          r"(?:model|weights)|(?:load\w*|cast\w*)\s+(?:the )?(?:model|weights)\s+(?:in|to|as)\s+"
                          r"(?:fp16|float16|half)|模型.{0,6}(?:fp16|半精度|float16)|\.half\(\)", re.IGNORECASE)
 _SETTING_AFTER = re.compile(r"[\"']?\s*[:=]")
