@@ -88,6 +88,16 @@ def test_a_dtype_the_gpu_cannot_use_is_not_the_runs_precision():
     assert values("my T4 doesn't support bf16, so training runs in fp16")["precision"] == "fp16"
 
 
+def test_a_huge_loss_said_in_words_is_a_symptom():
+    assert values("the loss jumped to 153318 at step 40")["huge_metrics"] == ["loss"]
+    assert values("loss 突然变成 1e5")["symptom"] == ["huge"]
+    assert values("reward model lora loss 1.19e+34 grad_norm nan")["huge_metrics"] == ["loss"]
+    assert values("grad_norm reached 250000")["huge_metrics"] == ["grad_norm"]
+    for calm in ("the loss of 10000 samples", "max_grad_norm 100000", "loss at step 12000 is 2.1",
+                 "we trained for 20000 steps and the loss is 2.1", "loss 从约 3000 开始下降"):
+        assert "huge_metrics" not in values(calm), calm
+
+
 def test_a_model_held_in_half_precision_is_its_weights_dtype():
     assert values("Qwen1.5-7B-Chat (model run in float16), loss nan from the second step")["weights_dtype"] == "fp16"
     assert values("the model is kept in fp16 and trained with AdamW")["weights_dtype"] == "fp16"

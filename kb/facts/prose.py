@@ -65,6 +65,16 @@ _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes? t
                      # "the training loss and the eval loss are nan"
                      r"(?:and|as well as) the (?:eval\w*|validation|val|train\w*|test) [A-Za-z_][\w/]*|"
                      r"[\w/]+ (?:will be|are|were)))*\s*(?:a |an )?$", re.IGNORECASE)
+# "the loss jumped to 153318", "loss went up to 1.2e+34", "loss 突然变成 1e5": a value no healthy loss or gradient
+# norm reaches (the log parser's threshold, 1e4), said in words. Counts ("loss of 10000 samples") are not values.
+_PROSE_HUGE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")(?P<gap>\s{0,3}(?:(?:suddenly|then|quickly|"
+                         r"is|was|becomes?|became|goes|went|got|jump(?:s|ed)?|shoots?|shot|rises?|rose|increase[sd]?|"
+                         r"spike[sd]?|climb(?:s|ed)?|explode[sd]?|blows?|blew|reach(?:es|ed)?|hits?|up|to|of|around|about|"
+                         r"over|above|as high as|as large as|=|:|：|突然|直接|一下子?|变成|变为|为|是|涨到|升到|飙到|"
+                         r"飙升到|暴涨到|上升到|增大到|达到|到了?|约|高达|超过)\s{0,3}){1,5})"
+                         r"(?P<v>\d{5,}(?:\.\d+)?|\d+(?:\.\d+)?e\+?\d{1,3})(?![\w.])"
+                         r"(?!\s*(?:samples?|steps?|tokens?|examples?|iter\w*|epochs?|rows|lines|条|步|个|次|轮))",
+                         re.IGNORECASE)
 _SYMPTOM = (
     (re.compile(r"(?<![A-Za-z0-9_])(?:nan|NaN|NANs?|NaNs|Nan)(?![A-Za-z0-9_])"), "nan"),
     (re.compile(r"(?<![A-Za-z0-9_])(?:inf|Inf|infinity)(?![A-Za-z0-9_])|无穷"), "inf"),
@@ -227,9 +237,10 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     # Each pattern below runs on every line: one substring test over the paste drops those that cannot match.
     hay = Haystack(joined.text, joined.low)
     sp, zero, collapse, shift_attn, kl_k3, length_norm, lora, prose_metric, trajectory, metric_rev, lr_fix, \
-        loss_type, kto_words, lightning, spike, prose_lr, version_words = (hay.gate(rx) for rx in (
+        loss_type, kto_words, lightning, spike, prose_lr, version_words, huge = (hay.gate(rx) for rx in (
             _SP, _ZERO, _COLLAPSE, _SHIFT_ATTN, _KL_K3, _LENGTH_NORM, _LORA, _PROSE_METRIC, _TRAJECTORY,
-            _PROSE_METRIC_REV, _LR_FIX, _LOSS_TYPE, _KTO_WORDS, _LIGHTNING, _PROSE_SPIKE, _PROSE_LR, _VERSION_WORDS))
+            _PROSE_METRIC_REV, _LR_FIX, _LOSS_TYPE, _KTO_WORDS, _LIGHTNING, _PROSE_SPIKE, _PROSE_LR, _VERSION_WORDS,
+            _PROSE_HUGE))
     attn = [(rx, impl) for rx, impl in _ATTN if hay.may(rx)]
     symptoms = [(rx, sym) for rx, sym in _SYMPTOM if hay.may(rx)]
     for n, s in lines:
@@ -283,6 +294,11 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             _prose_metric(facts, m.group("m"), m.group("v"), n, s, source, m.start("m"))
         for m in trajectory.finditer(s):
             _prose_metric(facts, m.group("m"), m.group("v"), n, s, source, m.start("m"))
+        for m in huge.finditer(s):
+            name = m.group("m").strip("/").lower()
+            if (is_loss_like(name) or is_grad_norm(name)) and not is_limit_name(name) and float(m.group("v")) >= 1e4:
+                facts.add("huge_metrics", name, "text", n, s, source)
+                facts.add("symptom", "huge", "text", n, s, source)
         for m in metric_rev.finditer(s):
             _prose_metric(facts, m.group("m"), m.group("v"), n, s, source, m.start("m"))
         if lr_fix.search(s):
