@@ -108,3 +108,12 @@ def test_masked_labels_with_a_length_normalised_loss_is_not_all_labels_masked(in
     for iid in ("trl-sft-all-labels-masked-zero-loss", "colossalai-pretrain-truncation-nan"):
         assert not _fired(incidents[iid], facts)
     assert _fired(incidents["trl-simpo-empty-response-nan"], facts)
+
+
+def test_a_setting_matched_as_the_incidents_algorithm_is_not_counted_again_from_its_config(incidents):
+    from kb.diagnose.engine import _meta_matches
+
+    inc = incidents["trl-reward-lora-fp16-head-nan"]
+    assert "algorithm" in inc.config  # the incident names its algorithm twice: as a field and in its config
+    shown = [label.lower() for label, _ in _meta_matches(inc, extract_facts("reward model lora loss 1.19e+34"))]
+    assert shown.count("algorithm rm") == 1, shown

@@ -173,7 +173,9 @@ def _meta_matches(inc: Incident, facts: Facts) -> list[tuple[str, Fact]]:
     causal = {c.fact for t in inc.triggers for c in (*t.all, *t.any)}
     for key, want in inc.config.items():
         f = facts.get(key)
-        if f is None or key in ("precision", "model") or key not in causal:
+        # precision, algorithm and framework were matched above (once): a config key naming them again is no
+        # second piece of evidence.
+        if f is None or key in ("precision", "model", "algorithm", "framework") or key not in causal:
             continue
         if isinstance(want, (int, float)) and not isinstance(want, bool) and isinstance(f.value, (int, float)):
             ok = (want > 1 and f.value > 1) if key in ("sequence_parallel_size", "zero_stage") and want > 1 \
