@@ -234,3 +234,33 @@ def test_ask_and_diagnose_agree_on_the_first_category(real_kb):
         d = real_kb.diagnose(question=text)
         if d.diagnoses and d.diagnoses[0].incident_id:
             assert a.results[0].category == d.diagnoses[0].category, text
+
+
+def test_the_audit_sample_is_redrawn_identically_and_split_by_scope(repo_root):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("audit_sample", repo_root / "scripts" / "audit_sample.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    first = mod.draw(repo_root / "cases", 20261123, 24, 8)
+    assert first == mod.draw(repo_root / "cases", 20261123, 24, 8) and len(set(first)) == 32
+    assert first != mod.draw(repo_root / "cases", 1, 24, 8)
+    scope = {c.id: c.scope for c in load_cases(repo_root / "cases")[0]}
+    assert [scope[i] for i in first] == ["in"] * 24 + ["out"] * 8
+
+
+def test_no_case_or_incident_cites_a_thread_reserved_for_independent_measurement(repo_root):
+    # ../shared/eval/reserved.py knows the reserved threads (as hashes); CI has ../shared beside the clone.
+    import re
+    import subprocess
+    import sys
+
+    checker = repo_root.parent / "shared" / "eval" / "reserved.py"
+    if not checker.is_file():
+        pytest.skip(f"{checker} is not there (../shared is not beside the checkout)")
+    rx = re.compile(r"https://github\.com/[^\s)\"'<>`]+/(?:issues|pull|discussions)/\d+")
+    urls = sorted({u for folder in ("cases", "incidents") for f in (repo_root / folder).rglob("*")
+                   if f.suffix in (".yaml", ".md") for u in rx.findall(f.read_text(encoding="utf-8"))})
+    assert len(urls) > 400
+    out = subprocess.run([sys.executable, str(checker), *urls], capture_output=True, text=True, check=True).stdout
+    assert [line for line in out.splitlines() if line.startswith("reserved")] == []
