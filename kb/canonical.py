@@ -443,6 +443,11 @@ def is_limit_name(name: str) -> bool:
     return bool(re.match(r"(?:max|min)[_\-]", n)) or any(w in n for w in ("clip", "threshold", "limit", "_cap"))
 
 
+# Beyond this a loss, gradient norm or advantage is no healthy value (`huge_metrics`), whether a log line or a
+# sentence gives it.
+HUGE_VALUE = 1e4
+
+
 def is_grad_norm(name: str) -> bool:
     """`grad_norm`, `actor/grad_norm`, `gradnorm`: a gradient norm (exactly 0 means no gradient reached the weights)."""
     n = name.lower()

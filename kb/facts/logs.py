@@ -11,6 +11,7 @@ from kb.canonical import (
     ERROR_PATTERNS,
     GPU_NAME,
     GPU_WITHOUT_BF16,
+    HUGE_VALUE,
     canonical_package,
     is_grad_norm,
     is_limit_name,
@@ -184,10 +185,10 @@ def metric_facts(records: list[Record], facts: Facts, source: str) -> None:
                 bad_here = True
             elif v == 0.0 and is_grad_norm(k):
                 facts.add("symptom", "zero_grad", "log", r.line, detail, source)  # no gradient reached the weights
-            elif abs(v) > 1e4 and (is_loss_like(k) or "norm" in k.lower() or "advantage" in k.lower()):
+            elif abs(v) > HUGE_VALUE and (is_loss_like(k) or "norm" in k.lower() or "advantage" in k.lower()):
                 facts.add("huge_metrics", k, "log", r.line, detail, source)
                 facts.add("symptom", "huge", "log", r.line, detail, source)
-            elif abs(v) > 1e4 and k.lower() in ("min", "max") and "advantage" in r.text.lower():
+            elif abs(v) > HUGE_VALUE and k.lower() in ("min", "max") and "advantage" in r.text.lower():
                 # "Normalized advantages stats: min=-1000000.0, max=1000000.0": the stats name their subject once.
                 facts.add("huge_metrics", "advantages", "log", r.line, detail, source)
                 facts.add("symptom", "huge", "log", r.line, detail, source)

@@ -12,6 +12,7 @@ from kb.canonical import (
     DTYPE_WORD,
     FIX_CUE,
     FRAMEWORKS,
+    HUGE_VALUE,
     LIGHTNING_PRECISION,
     MODEL_FAMILIES,
     is_grad_norm,
@@ -66,7 +67,7 @@ _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes? t
                      r"(?:and|as well as) the (?:eval\w*|validation|val|train\w*|test) [A-Za-z_][\w/]*|"
                      r"[\w/]+ (?:will be|are|were)))*\s*(?:a |an )?$", re.IGNORECASE)
 # "the loss jumped to 153318", "loss went up to 1.2e+34", "loss 突然变成 1e5": a value no healthy loss or gradient
-# norm reaches (the log parser's threshold, 1e4), said in words. Counts ("loss of 10000 samples") are not values.
+# norm reaches (HUGE_VALUE, as for log lines), said in words. Counts ("loss of 10000 samples") are not values.
 _PROSE_HUGE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")(?P<gap>\s{0,3}(?:(?:suddenly|then|quickly|"
                          r"is|was|becomes?|became|goes|went|got|jump(?:s|ed)?|shoots?|shot|rises?|rose|increase[sd]?|"
                          r"spike[sd]?|climb(?:s|ed)?|explode[sd]?|blows?|blew|reach(?:es|ed)?|hits?|up|to|of|around|about|"
@@ -296,7 +297,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             _prose_metric(facts, m.group("m"), m.group("v"), n, s, source, m.start("m"))
         for m in huge.finditer(s):
             name = m.group("m").strip("/").lower()
-            if (is_loss_like(name) or is_grad_norm(name)) and not is_limit_name(name) and float(m.group("v")) >= 1e4:
+            if (is_loss_like(name) or is_grad_norm(name)) and not is_limit_name(name) and float(m.group("v")) > HUGE_VALUE:
                 facts.add("huge_metrics", name, "text", n, s, source)
                 facts.add("symptom", "huge", "text", n, s, source)
         for m in metric_rev.finditer(s):
