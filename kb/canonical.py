@@ -470,7 +470,7 @@ ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
                         r"overflow.{0,20}skipping step|Skipping step\. Attempted"), True),
         ("loss_scale_min", r"loss scale already at minimum|Current loss scale.{0,20}minimum|minimum loss scale", True),
         ("untrained_tokens", r"Untrained tokens\b.{0,60}found", True),
-        ("labels_all_masked", (r"labels?\b.{0,20}\ball (?:be )?-100|all (?:the )?labels?.{0,20}-100|"
+        ("labels_all_masked", (r"labels?\b.{0,20}\ball (?:be )?-100|all (?:the )?labels?.{0,40}-100|"
                               r"labels?\s*全(?:部)?(?:为|是|都是)\s*-100|all\(\s*labels\s*==\s*(?:ignore_index|-100)|"
                               r"every label.{0,30}masked|labels? (?:are|were|is) all masked|"
                               r"no (?:supervised|valid|target) tokens|tensor\(\s*\[\s*-100(?:\s*,\s*-100)+"), True),

@@ -136,6 +136,8 @@ def real_kb(repo_root, tmp_path_factory) -> KnowledgeBase:
     ("SFT: evaluation loss is nan while the training loss is fine", "all-labels-masked"),
     ("微调 internlm-xcomposer2 时 loss 一直为 0，max_length 调大后正常", "all-labels-masked"),
     ("Fine-tuning with the template prints WARNING: tokenization mismatch: 132 vs. 124. (ignored)", "all-labels-masked"),
+    ("多轮对话数据微调，有的轮次内容为空，loss 变成 nan", "all-labels-masked"),
+    ("SFT on multi-turn chats where some answer fields are empty: loss nan", "all-labels-masked"),
 ])
 def test_category_cues_read_on_a_paste_name_the_taxonomy_signal(text, category):
     from kb.cues import score_query

@@ -54,6 +54,9 @@ def test_markdown_table_of_a_metric():
     ("Exception: Current loss scale already at minimum - cannot decrease scale anymore.", "loss_scale_min"),
     ("ValueError: Unsloth: Untrained tokens found, but embed_tokens & lm_head not trainable", "untrained_tokens"),
     ("发现label全为-100 导致nll_loss为nan", "labels_all_masked"),
+    # Unsloth's own message (train_on_responses_only when no response marker is found or samples are cut)
+    ("ZeroDivisionError: Unsloth: All labels in your dataset are -100. Training losses will be all 0.",
+     "labels_all_masked"),
     ("WARNING: tokenization mismatch: 132 vs. 124. (ignored)", "tokenization_mismatch"),
     ("torch.backends.cuda.enable_cudnn_sdp(False)", "cudnn_sdp"),
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "cuda_oom"),
