@@ -139,6 +139,11 @@ def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_writes_
                  "plain hybrid retrieval"):
         r = report[name]
         assert r["n_in"] == 14 and r["n_out"] == 10 and 0.0 <= r["top1"] <= 1.0
+    preds = report["predictions"]["grouped by thread"]  # every case's own out-of-fold answer, by id
+    assert set(preds) == {c.id for c in chosen}
+    assert set(report["predictions"]["leave one framework out"]) == set(preds)
+    for lab, t in report["confusion"].items():  # the per-case answers are the ones the table counts
+        assert t["right"] == sum(1 for c in chosen if learned.label_of(c) == lab == preds[c.id])
     conf = report["confusion"]
     assert sum(t["n"] for t in conf.values()) == len(chosen)
     assert all(t["right"] + sum(t["went_to"].values()) == t["n"] for t in conf.values())

@@ -375,6 +375,9 @@ def cross_validate(kb: Diagnoser, folds: int = 5) -> dict[str, Any]:
             _, p = _fit_predict(rows, train, test, labels)
             preds.update({j: (lab, lab == learned.OUT_OF_SCOPE) for j, (lab, _, _) in p.items()})
         out[f"learned, {name}"] = _score(rows, preds)
+        # Every case's out-of-fold answer (an abstention is "out-of-scope"), for comparisons on a subset (e.g.
+        # scripts/blind_reader.py, which sets a reader's labels beside the engine's on the same reports).
+        out.setdefault("predictions", {})[name] = {cases[j].id: lab for j, (lab, _) in sorted(preds.items())}
         if name == "grouped by thread":
             out["confusion"] = _confusion(rows, preds)
             # The curated incidents (and their triggers) were written from some of these threads: even answered
