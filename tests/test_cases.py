@@ -266,3 +266,28 @@ def test_no_case_or_incident_cites_a_thread_reserved_for_independent_measurement
     assert len(urls) > 400
     out = subprocess.run([sys.executable, str(checker), *urls], capture_output=True, text=True, check=True).stdout
     assert [line for line in out.splitlines() if line.startswith("reserved")] == []
+
+
+def test_the_blind_reader_sample_is_rebuilt_from_the_case_base_and_scored(repo_root, tmp_path):
+    """scripts/blind_reader.py (docs/DIAGNOSE.md, "How much do the reports say?"): the pinned sample's reports are
+    rebuilt from the case files exactly as `kb eval --cv` reads them, and the committed reader labels score as
+    documented."""
+    import json
+    import subprocess
+    import sys
+
+    from kb.cases import load_cases
+
+    script = repo_root / "scripts" / "blind_reader.py"
+    run = subprocess.run([sys.executable, str(script), "write", str(tmp_path)], capture_output=True, text=True,
+                         check=True)
+    assert "no longer exist" not in run.stdout
+    rows = [json.loads(x) for x in (tmp_path / "queries.jsonl").read_text(encoding="utf-8").splitlines()]
+    sample = json.loads((repo_root / "docs" / "blind-reader" / "sample.json").read_text(encoding="utf-8"))["sample"]
+    assert [r["qid"] for r in rows] == list(sample) and len(rows) == 100
+    cases = {c.id: c for c in load_cases(repo_root / "cases")[0]}
+    assert all(r["report"] == cases[sample[r["qid"]]["id"]].query() for r in rows)
+    assert sum(1 for v in sample.values() if v["label"] == "out-of-scope") == 20
+    out = subprocess.run([sys.executable, str(script), "score", str(repo_root / "docs" / "blind-reader" / "labels.jsonl")],
+                         capture_output=True, text=True, check=True).stdout
+    assert "in-scope top-1 65/80" in out and "20/20" in out
