@@ -496,6 +496,11 @@ ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
                       r"subprocess-exited-with-error|pip install.{0,40}(?:fail|error)|dependency conflicts"), False),
         ("nccl_error", r"NCCL (?:error|WARN|timeout)|Watchdog caught collective operation timeout", False),
         ("segfault", r"Segmentation fault|core dumped", False),
+        # A dtype mismatch stops training with an exception before any step (fp16 trainable weights under fp16
+        # autocast, a bf16 module fed fp32 input): a crash to fix, not a divergence.
+        ("dtype_crash", (r"Attempting to unscale FP16 gradients|expected scalar type \w+ but found \w+|"
+                        r"expected (?:mat1 and mat2|both (?:inputs|vectors)|all arguments) to have the same dtype|"
+                        r"Input type \([\w.]+\) and weight type \([\w.]+\) should be the same"), False),
     )
 )
 OUT_OF_SCOPE_ERRORS = frozenset(eid for eid, _, scope in ERROR_PATTERNS if not scope)

@@ -171,6 +171,13 @@ def test_out_of_scope_report_gets_the_not_a_divergence_route(real_kb):
     assert d.route == "out-of-scope" and "cuda_oom" in d.reason
     # The same configuration pasted on its own is a question about it: in scope.
     assert real_kb.diagnose(text=config).scope == "in"
+    # A dtype mismatch that stops training before its first step is a crash, whatever the precision flags say;
+    # the same error next to a loss that went NaN keeps the report in scope.
+    crash = ("LoRA on 4x T4, TrainingArguments(fp16=True)\n"
+             "ValueError: Attempting to unscale FP16 gradients.")
+    d = real_kb.diagnose(text=crash)
+    assert d.route == "out-of-scope" and "dtype_crash" in d.reason
+    assert real_kb.diagnose(text=crash + "\nwith fp32 it runs, but the loss is nan from step 2").scope == "in"
 
 
 @pytest.mark.slow

@@ -61,6 +61,10 @@ def test_markdown_table_of_a_metric():
     ("torch.backends.cuda.enable_cudnn_sdp(False)", "cudnn_sdp"),
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "cuda_oom"),
     ("ModuleNotFoundError: No module named 'flash_attn'", "import_error"),
+    ("ValueError: Attempting to unscale FP16 gradients.", "dtype_crash"),
+    ("RuntimeError: expected mat1 and mat2 to have the same dtype, but got: c10::Half != float", "dtype_crash"),
+    ("RuntimeError: Input type (torch.cuda.HalfTensor) and weight type (torch.cuda.FloatTensor) should be the same",
+     "dtype_crash"),
 ])
 def test_known_error_strings(text, err):
     f = extract_facts(text)
