@@ -504,6 +504,25 @@ ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
     )
 )
 OUT_OF_SCOPE_ERRORS = frozenset(eid for eid, _, scope in ERROR_PATTERNS if not scope)
+# What an out-of-scope report looks like, in words (en, zh), for the "not a NaN / divergence problem" answer: the
+# out-of-scope error ids above and the case base's out_of_scope_kind values (kb.cases.OUT_OF_SCOPE_KINDS).
+OUT_OF_SCOPE_NAMES = {
+    "cuda_oom": ("running out of GPU memory", "显存不足"),
+    "import_error": ("an import error", "导入错误"),
+    "pip_error": ("an install / dependency error", "安装或依赖错误"),
+    "nccl_error": ("a communication (NCCL) error or timeout", "通信（NCCL）错误或超时"),
+    "segfault": ("a crash (segmentation fault)", "进程崩溃（段错误）"),
+    "dtype_crash": ("a dtype-mismatch crash", "数据类型不匹配导致的报错"),
+    "oom": ("running out of memory", "内存或显存不足"),
+    "install": ("an install / environment problem", "安装或环境问题"),
+    "inference": ("an inference / generation problem", "推理或生成问题"),
+    "plateau": ("a loss that plateaus or converges slowly", "loss 不降或收敛慢"),
+    "data-format": ("a data-format problem", "数据格式问题"),
+    "hang": ("a hang", "训练卡住"),
+    "crash": ("a crash", "程序报错"),
+    "eval-metric": ("an evaluation or logging quirk", "评估或日志统计问题"),
+    "other": ("something other than a divergence", "其他非发散问题"),
+}
 
 # Dtype words in prose, and the canonical dtype each names.
 DTYPE_WORD = re.compile(r"(?<![A-Za-z0-9_])(fp16|float16|half[- ]precision|半精度|bf16|bfloat16|fp32|float32|"

@@ -168,3 +168,11 @@ def cjk_ratio(text: str) -> float:
 def detect_lang(text: str) -> str:
     # Chinese prose with English identifiers mixed in is still Chinese: a low threshold is right.
     return "zh" if cjk_ratio(text) > 0.15 else "en"
+
+
+def paste_lang(text: str) -> str:
+    """The language of the reporter's own words in a paste: a Chinese sentence or two next to an English traceback
+    or log (which outweighs it in letters) is a Chinese report. Lines with a fair share of CJK are the prose; a few
+    CJK characters inside machine output (a file path, a dataset name) are not."""
+    prose = sum(len(m) for line in text.splitlines() if cjk_ratio(line) > 0.2 for m in _CJK_RUN.findall(line))
+    return "zh" if prose >= 6 else detect_lang(text)

@@ -163,8 +163,11 @@ def test_out_of_scope_report_gets_the_not_a_divergence_route(real_kb):
     d = real_kb.diagnose(text="torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
                               "fine-tuning Llama-2-7b with LoRA on one 24GB GPU, batch size 8")
     assert d.abstained and d.route == "out-of-scope" and d.scope == "out"
-    assert "not a NaN / divergence problem" in d.reason and "cuda_oom" in d.reason
+    assert "not a NaN / divergence problem" in d.reason and "running out of GPU memory (cuda_oom)" in d.reason
     assert d.similar_reports
+    # In the reporter's language.
+    d = real_kb.diagnose(text="torch.cuda.OutOfMemoryError: CUDA out of memory.\n用 LoRA 微调 Qwen2-7B，单卡 24G，batch size 8 就报错")
+    assert d.route == "out-of-scope" and d.reason.startswith("这不是 NaN / 发散问题") and "显存不足 (cuda_oom)" in d.reason
     # The configuration matches a mechanism's rule (fp16 on V100), but the paste's own problem is the OOM.
     config = "deepspeed --num_gpus 4 train.py --fp16 True --model_name_or_path Qwen1.5-14B-Chat on 4x V100 32GB"
     d = real_kb.diagnose(text=config + "\ntorch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.2 GiB")
@@ -185,6 +188,8 @@ def test_reports_that_are_not_about_a_training_divergence_go_out_of_scope_whatev
     # Nothing went NaN / inf / zero and nothing diverged.
     d = real_kb.diagnose(text="After switching to FSDP2 my Llama SFT converges a bit slower than with FSDP1, bf16")
     assert d.route == "out-of-scope" and "nothing diverged" in d.reason
+    d = real_kb.diagnose(text="从 FSDP1 换成 FSDP2 之后，Llama SFT 收敛得比以前慢一些，bf16")
+    assert d.route == "out-of-scope" and "没有指标变成 NaN" in d.reason
     # A NaN in generation, with no training run in sight.
     d = real_kb.diagnose(text="Gemma-3 in float16 generates empty strings with generate(); logits are nan. "
                               "bfloat16 is fine.")

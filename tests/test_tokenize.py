@@ -30,3 +30,12 @@ def test_chinese_domain_words_and_mixed_text():
 def test_language_detection():
     assert detect_lang("序列并行 DPO nll_loss 为 nan") == "zh"
     assert detect_lang("DPO NLL loss nan with sequence_parallel_size 4") == "en"
+
+
+def test_paste_lang_is_the_language_of_the_reporters_own_words():
+    from kb.tokenize import detect_lang, paste_lang
+
+    paste = "torch.cuda.OutOfMemoryError: CUDA out of memory.\n用 LoRA 微调 Qwen2-7B，单卡 24G，batch size 8 就报错"
+    assert detect_lang(paste) == "en" and paste_lang(paste) == "zh"  # the traceback outweighs it in letters
+    assert paste_lang("loading /data/中文数据/train.json\n{'loss': nan, 'grad_norm': nan, 'epoch': 0.1}") == "en"
+    assert paste_lang("DPO NLL loss nan") == "en" and paste_lang("DPO 训练时 nll loss 变成 nan") == "zh"

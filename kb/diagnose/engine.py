@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kb.canonical import OUT_OF_SCOPE_ERRORS
+from kb.canonical import OUT_OF_SCOPE_ERRORS, OUT_OF_SCOPE_NAMES
 from kb.conditions import TriggerResult, describe, evaluate_trigger, normalised, same_value
 from kb.cues import score_query
 from kb.diagnose import learned
@@ -28,7 +28,7 @@ from kb.facts.boundary import too_deep
 from kb.facts.pipeline import DEFAULT as PIPELINE
 from kb.index import fusion
 from kb.records import Incident
-from kb.tokenize import detect_lang
+from kb.tokenize import paste_lang
 
 
 class Searcher(Protocol):
@@ -340,7 +340,7 @@ def diagnose(kb: Searcher, log: str | None = None, config: str | None = None, qu
     warnings = list(dict.fromkeys(facts.warnings))
     if config and not any(w.startswith("config:") and "JSON" in w for w in warnings):
         _check_config_syntax(config, warnings)
-    lang = detect_lang("\n".join(v for _, v in inputs)[:4000]) if inputs else "en"
+    lang = paste_lang("\n".join(v for _, v in inputs)[:4000]) if inputs else "en"
     records = kb.records
     if not records:
         return Diagnosis(abstained=True, reason="the knowledge base has no incidents", facts=facts.to_dict(),
@@ -445,11 +445,18 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
     if best == learned.OUT_OF_SCOPE:
         kinds = Counter(index.cases[i].out_of_scope_kind for i in nbrs if case_labels[i] == learned.OUT_OF_SCOPE)
         errs = sorted(set(facts.value("errors", [])) & OUT_OF_SCOPE_ERRORS)
-        looks = ", ".join(errs) or (kinds.most_common(1)[0][0] if kinds else "")
+        zh = lang == "zh"
+        # The paste's own out-of-scope error, else what the nearest out-of-scope reports were, in words (id kept).
+        looks = "、".join if zh else ", ".join
+        named = looks(f"{OUT_OF_SCOPE_NAMES.get(e, (e, e))[1 if zh else 0]} ({e})" for e in
+                      (errs or ([kinds.most_common(1)[0][0]] if kinds else [])))
         out.abstained, out.route, out.scope = True, "out-of-scope", "out"
-        why = learned.not_training(view, whole) or f"probability {prob[best]:.2f}"
-        out.reason = ("this is not a NaN / divergence problem" + (f": it looks like {looks}" if looks else "")
-                      + f" ({why}; seen in {len(top_label_cases)} similar reports)")
+        why = learned.not_training(view, whole, lang) or (f"概率 {prob[best]:.2f}" if zh else
+                                                          f"probability {prob[best]:.2f}")
+        n = len(top_label_cases)
+        out.reason = (f"这不是 NaN / 发散问题{f'：看起来是{named}' if named else ''}（{why}；相似报告 {n} 条）" if zh
+                      else f"this is not a NaN / divergence problem{f': it looks like {named}' if named else ''}"
+                           f" ({why}; seen in {n} similar reports)")
         return out
     out.scope = "in"
     by_cat: dict[str, Candidate] = {}

@@ -526,16 +526,31 @@ def zero_loss_by_design(view: QueryView) -> bool:
             and not set(f.value("errors", [])) - OUT_OF_SCOPE_ERRORS)
 
 
-def not_training(view: QueryView, text: str) -> str:
-    """Why the report is out of scope whatever the ranker says ("" when it may be in scope)."""
+# Why a report is out of scope whatever the ranker says (`not_training`), in English and Chinese.
+NOT_TRAINING_REASONS = {
+    "no_divergence": ("no metric went NaN, inf or zero and nothing diverged in the input",
+                      "输入中没有指标变成 NaN、inf 或 0，也没有发散"),
+    "inference": ("the input is about generation / inference, not a training run",
+                  "输入讲的是生成 / 推理，不是训练过程"),
+    "grpo_zero": (("a GRPO loss of 0 is expected: the group-normalised advantages average to zero and the KL term "
+                   "starts at 0; it is a failure only when grad_norm is 0 too or reward / kl go NaN"),
+                  ("GRPO 的 loss 为 0 是预期行为：组内归一化后的优势均值为 0，KL 项起始也为 0；只有 grad_norm 也为 0，"
+                   "或 reward / kl 变成 NaN 时才是故障")),
+}
+
+
+def not_training(view: QueryView, text: str, lang: str = "en") -> str:
+    """Why the report is out of scope whatever the ranker says ("" when it may be in scope), in `lang`."""
     if no_divergence(view):
-        return "no metric went NaN, inf or zero and nothing diverged in the input"
-    if inference_only(text):  # the curated rules describe training mechanisms, so a fired rule does not count
-        return "the input is about generation / inference, not a training run"
-    if zero_loss_by_design(view):
-        return ("a GRPO loss of 0 is expected: the group-normalised advantages average to zero and the KL term "
-                "starts at 0; it is a failure only when grad_norm is 0 too or reward / kl go NaN")
-    return ""
+        key = "no_divergence"
+    elif inference_only(text):  # the curated rules describe training mechanisms, so a fired rule does not count
+        key = "inference"
+    elif zero_loss_by_design(view):
+        key = "grpo_zero"
+    else:
+        return ""
+    en, zh = NOT_TRAINING_REASONS[key]
+    return zh if lang == "zh" else en
 
 
 def ranked(view: QueryView, probs: np.ndarray, labels: Sequence[str], text: str = "") -> list[int]:
