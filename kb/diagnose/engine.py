@@ -447,9 +447,9 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
         errs = sorted(set(facts.value("errors", [])) & OUT_OF_SCOPE_ERRORS)
         zh = lang == "zh"
         # The paste's own out-of-scope error, else what the nearest out-of-scope reports were, in words (id kept).
-        looks = "、".join if zh else ", ".join
-        named = looks(f"{OUT_OF_SCOPE_NAMES.get(e, (e, e))[1 if zh else 0]} ({e})" for e in
-                      (errs or ([kinds.most_common(1)[0][0]] if kinds else [])))
+        join = "、".join if zh else ", ".join
+        named = join(f"{OUT_OF_SCOPE_NAMES.get(e, (e, e))[1 if zh else 0]} ({e})" for e in
+                     (errs or ([kinds.most_common(1)[0][0]] if kinds else [])))
         out.abstained, out.route, out.scope = True, "out-of-scope", "out"
         why = learned.not_training(view, whole, lang) or (f"概率 {prob[best]:.2f}" if zh else
                                                           f"probability {prob[best]:.2f}")
