@@ -142,6 +142,14 @@ def test_abstains_out_of_scope(kb, text):
     assert d.abstained and d.reason
 
 
+def test_rules_only_route_names_an_out_of_scope_error_in_words_and_in_the_reporters_language(kb):
+    """Without the case model (hybrid mode, or `kb eval --holdout`) the rules abstain too, and say why the same way."""
+    d = kb.diagnose(text="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", mode="hybrid")
+    assert d.abstained and "running out of GPU memory (cuda_oom)" in d.reason
+    d = kb.diagnose(text="torch.OutOfMemoryError: CUDA out of memory.\n单卡 24G 上用 LoRA 微调就显存不够了", mode="hybrid")
+    assert d.abstained and "显存不足 (cuda_oom)" in d.reason and d.lang == "zh"
+
+
 def test_empty_input_abstains(kb):
     d = kb.diagnose(text="   ")
     assert d.abstained and "empty" in d.reason

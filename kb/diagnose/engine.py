@@ -375,8 +375,13 @@ def diagnose(kb: Searcher, log: str | None = None, config: str | None = None, qu
     if not in_scope(facts) and not (shown and shown[0].fired):
         abstained = True
         oos = sorted(errs & OUT_OF_SCOPE_ERRORS)
-        reason = ("no NaN / inf / zero-loss / collapse symptom in the input"
-                  + (f"; it looks like {', '.join(oos)}, which this knowledge base does not cover" if oos else ""))
+        if lang == "zh":
+            looks = "、".join(f"{OUT_OF_SCOPE_NAMES.get(e, (e, e))[1]} ({e})" for e in oos)
+            reason = "输入中没有 NaN / inf / loss 为 0 / 输出崩坏等症状" + (f"；看起来是{looks}，不在本知识库范围内" if oos else "")
+        else:
+            looks = ", ".join(f"{OUT_OF_SCOPE_NAMES.get(e, (e, e))[0]} ({e})" for e in oos)
+            reason = ("no NaN / inf / zero-loss / collapse symptom in the input"
+                      + (f"; it looks like {looks}, which this knowledge base does not cover" if oos else ""))
     elif not shown or shown[0].score < threshold:
         abstained = True
         reason = f"best candidate is weak (confidence {shown[0].score:.2f} < {threshold})" if shown else "no candidate"
