@@ -138,6 +138,10 @@ def real_kb(repo_root, tmp_path_factory) -> KnowledgeBase:
     ("Fine-tuning with the template prints WARNING: tokenization mismatch: 132 vs. 124. (ignored)", "all-labels-masked"),
     ("多轮对话数据微调，有的轮次内容为空，loss 变成 nan", "all-labels-masked"),
     ("SFT on multi-turn chats where some answer fields are empty: loss nan", "all-labels-masked"),
+    ("SFT loss nan from the first step with long prompts and a short truncation length", "all-labels-masked"),
+    ("用长指令数据微调，指令太长，cutoff_len 1024，loss 为 nan", "all-labels-masked"),
+    ("swift GRPO 训练，日志里 loss 和 grad_norm 一直为 0", "grpo-group-std-degenerate"),
+    ("LLaMA2-7B 全参微调，loss 陡增后变为 nan", "lr-too-high"),
 ])
 def test_category_cues_read_on_a_paste_name_the_taxonomy_signal(text, category):
     from kb.cues import score_query
@@ -156,6 +160,12 @@ def test_category_cues_keep_their_conditions_on_a_paste():
     # A training loss that goes NaN with the eval loss is not the eval-only signal.
     text = "both the training loss and the eval loss are nan"
     assert "all-labels-masked" not in score_query(extract_facts(text), text)
+    # Long inputs are no masking signal unless a length limit or truncation is in play; a GRPO run whose grad_norm
+    # is NaN (not 0) is not the zero-spread signal.
+    text = "long prompts in a multi-turn chat dataset, loss nan after 200 steps"
+    assert "all-labels-masked" not in score_query(extract_facts(text), text)
+    text = "GRPO loss 0 and grad_norm 0, then grad_norm nan"
+    assert "grpo-group-std-degenerate" not in score_query(extract_facts(text), text)
 
 
 @pytest.mark.slow
