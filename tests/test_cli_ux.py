@@ -162,6 +162,26 @@ def test_diagnose_exit_codes_and_the_preflight_gate(env, tmp_path, lib):
     assert kb(env, "diagnose", "--config", str(safe), "--fail-on", "1.5").returncode == 2
 
 
+def test_similar_reports_header_counts_only_reports_with_the_answers_cause(env, lib):
+    # The nearest real reports are listed under every in-scope answer; "seen in N" counts those that share the
+    # answer's cause, and when none does the header says so instead of "seen in 0".
+    pastes = ["swift GRPO 训练 Qwen2.5-7B，自定义奖励函数，日志里 loss 和 grad_norm 一直为 0",
+              "SFT: evaluation loss is nan while the training loss is fine, max_length 512"]
+    counts = []
+    for paste in pastes:
+        res = lib.diagnose(text=paste)
+        assert res.similar_reports, paste
+        counts.append(res.seen_in)
+        out = kb(env, "--lang", "en", "diagnose", "-", stdin=paste).stdout
+        assert "seen in 0 " not in out
+        if res.seen_in:
+            assert f"seen in {res.seen_in} similar real report(s):" in out, out
+        else:
+            assert "similar real reports (none of them with this cause):" in out, out
+        assert res.similar_reports[0].url in out
+    assert 0 in counts and any(counts), f"the pastes must cover both headers: {counts}"
+
+
 def test_colour_only_on_a_terminal_and_never_with_no_color(env):
     piped = kb(env, "ask", "-k", "2", "DPO NLL loss nan")
     assert not ANSI.search(piped.stdout)

@@ -52,6 +52,8 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "m.unsure_ask": ("not settled yet: answering these would tell the candidates apart:",
                      "尚不能确定：回答下面的问题可以区分这些候选原因："),
     "m.seen_in": ("seen in {n} similar real report(s):", "在 {n} 个相似的真实报告中见过："),
+    "m.similar_other": ("similar real reports (none of them with this cause):",
+                        "相似的真实报告（原因都与此不同）："),
     "m.did_you_mean": ("did you mean {options}?", "你是不是想找 {options}？"),
     "m.unknown_value": ("unknown {what} {value!r}", "未知的{what} {value!r}"),
     "m.known_values": ("known: {values}", "可选：{values}"),

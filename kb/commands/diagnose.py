@@ -151,7 +151,8 @@ def _print(args, res) -> int:
         echo("\n" + t("m.candidates", lang) + ", ".join(f"{c.category} {c.probability:.2f}" for c in res.differential))
     echo_questions(res.questions, "kb diagnose ...")
     if res.similar_reports:
-        echo("\n" + t("m.seen_in", lang, n=res.seen_in))
+        # The nearest reports are listed either way; when none shares the answer's cause, the header says so.
+        echo("\n" + (t("m.seen_in", lang, n=res.seen_in) if res.seen_in else t("m.similar_other", lang)))
         for r in res.similar_reports[:3]:
             echo(f"   {r.category}: {r.title} — {r.url}")
     shown = {k: v["value"] for k, v in res.facts.items()}
