@@ -203,3 +203,25 @@ def test_a_case_from_an_incidents_own_thread_is_answered_without_that_incident(r
     assert "llamafactory-baichuan2-fp16-zero-loss" not in rows[0]["rules_incidents"]
     assert rows[0]["rules_incidents"]  # the other incidents still answer it
     assert rows[1]["excluded"] == []
+
+
+@pytest.mark.parametrize(("rules", "probs", "first"), [
+    # A confident rule leads over a less confident ranker...
+    (0.64, [0.50, 0.30, 0.20], "rule-cause"),
+    # ...but never pushes down a cause the ranker is more confident of (the list stays ordered by confidence).
+    (0.64, [0.71, 0.09, 0.20], "ranker-cause"),
+    # Against a confident out of scope it still leads: a configuration pasted alone is a question about it.
+    (0.64, [0.10, 0.05, 0.85], "rule-cause"),
+    # An unsure ranker defers to rules that would not abstain themselves, when they are the surer of the two.
+    (0.28, [0.20, 0.26, 0.10], "rule-cause"),
+    (0.28, [0.33, 0.27, 0.10], "ranker-cause"),
+])
+def test_the_rules_lead_only_when_they_are_the_more_confident(rules, probs, first):
+    from kb.facts import Facts
+
+    labels = ["ranker-cause", "rule-cause", OUT_OF_SCOPE]
+    view = learned.QueryView(facts=Facts(), category_scores={"rule-cause": rules}, fired={"rule-cause"},
+                             engine_top="rule-cause", sims=np.zeros(0))
+    # "nan" keeps the report in scope for the scope rules (a symptom), so only the ordering is under test.
+    view.facts.set("nan_metrics", ["loss"], "text", None, "loss nan")
+    assert labels[learned.ranked(view, np.array(probs), labels, "loss nan")[0]] == first

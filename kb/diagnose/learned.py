@@ -47,8 +47,9 @@ _TRAINING_WORDS = re.compile(r"train\w*|fine-?tun\w*|finetun\w*|pre-?train\w*|�
                              r"simpo|grpo|ppo|rlhf|rlvr|rloo)\b|reward model|grad\w*|backward|optimi[sz]er|learning[_ ]rate|"
                              r"\blr\b|\bepochs?\b|\bsteps?\b|\biter(?:ation)?s?\b|\bloss\w*|损失|梯度|deepspeed|\bzero[-_ ]?[0123]\b|"
                              r"\bfsdp\b", re.IGNORECASE)
-# When the rules are this confident (their calibrated probability, docs/DIAGNOSE.md), their category leads: the
-# case base is thin for the mechanisms the curated incidents describe best. Chosen among 0.3-0.85 on the
+# When the rules are this confident (their calibrated probability, docs/DIAGNOSE.md), their category leads, unless
+# the ranker is surer of another cause (`ranked`): the case base is thin for the mechanisms the curated incidents
+# describe best. Chosen among 0.3-0.85 on the
 # out-of-fold case numbers and the dev set (a development choice; README says so).
 RULES_CONFIDENT = 0.6
 # When the ranker itself is unsure (its best in-scope label below UNSURE_BELOW) it defers to the rules' category
@@ -555,7 +556,8 @@ def not_training(view: QueryView, text: str, lang: str = "en") -> str:
 
 def ranked(view: QueryView, probs: np.ndarray, labels: Sequence[str], text: str = "") -> list[int]:
     """The final order: out of scope first when the report is not about a training divergence (`not_training`),
-    else the rules' category first when they are confident, else the ranker's (`decide`)."""
+    else the rules' category first when they are confident and at least as confident as the ranker's best cause,
+    else the ranker's (`decide`)."""
     order = decide(probs, labels)
     if OUT_OF_SCOPE in labels and not_training(view, text):
         oos = list(labels).index(OUT_OF_SCOPE)
@@ -563,7 +565,11 @@ def ranked(view: QueryView, probs: np.ndarray, labels: Sequence[str], text: str 
     top = view.engine_top
     rules = view.category_scores.get(top, 0.0) if top in labels else 0.0
     unsure = labels[order[0]] != OUT_OF_SCOPE and float(probs[order[0]]) < UNSURE_BELOW
-    if rules >= RULES_CONFIDENT or (unsure and rules >= RULES_WHEN_UNSURE):
+    # The rules lead only when they are at least as confident as the ranker's best in-scope answer: a confident
+    # rule must not push a more confident cause down (the list stays ordered by confidence). Against a confident
+    # out of scope they still lead: a configuration pasted on its own, with no symptom, is a question about it.
+    best_in = max((float(probs[j]) for j in order if labels[j] != OUT_OF_SCOPE), default=0.0)
+    if rules >= best_in and (rules >= RULES_CONFIDENT or (unsure and rules >= RULES_WHEN_UNSURE)):
         i = list(labels).index(top)
         order = [i, *[j for j in order if j != i]]
     return order
