@@ -375,11 +375,10 @@ def diagnose(kb: Searcher, log: str | None = None, config: str | None = None, qu
     if not in_scope(facts) and not (shown and shown[0].fired):
         abstained = True
         oos = sorted(errs & OUT_OF_SCOPE_ERRORS)
+        looks = out_of_scope_named(oos, lang)
         if lang == "zh":
-            looks = "、".join(f"{OUT_OF_SCOPE_NAMES.get(e, (e, e))[1]} ({e})" for e in oos)
             reason = "输入中没有 NaN / inf / loss 为 0 / 输出崩坏等症状" + (f"；看起来是{looks}，不在本知识库范围内" if oos else "")
         else:
-            looks = ", ".join(f"{OUT_OF_SCOPE_NAMES.get(e, (e, e))[0]} ({e})" for e in oos)
             reason = ("no NaN / inf / zero-loss / collapse symptom in the input"
                       + (f"; it looks like {looks}, which this knowledge base does not cover" if oos else ""))
     elif not shown or shown[0].score < threshold:
@@ -387,6 +386,12 @@ def diagnose(kb: Searcher, log: str | None = None, config: str | None = None, qu
         reason = f"best candidate is weak (confidence {shown[0].score:.2f} < {threshold})" if shown else "no candidate"
     return Diagnosis(diagnoses=items, abstained=abstained, reason=reason, facts=facts.to_dict(), warnings=warnings,
                      lang=lang)
+
+
+def out_of_scope_named(ids: list[str], lang: str) -> str:
+    """Out-of-scope error ids / case kinds in words, in the answer's language, each id kept beside its words."""
+    i, join = (1, "、".join) if lang == "zh" else (0, ", ".join)
+    return join(f"{OUT_OF_SCOPE_NAMES.get(e, (e, e))[i]} ({e})" for e in ids)
 
 
 def query_view(kb: Searcher, facts: Facts, cands: list[Candidate], query: str, index: CaseIndex,
@@ -451,10 +456,8 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
         kinds = Counter(index.cases[i].out_of_scope_kind for i in nbrs if case_labels[i] == learned.OUT_OF_SCOPE)
         errs = sorted(set(facts.value("errors", [])) & OUT_OF_SCOPE_ERRORS)
         zh = lang == "zh"
-        # The paste's own out-of-scope error, else what the nearest out-of-scope reports were, in words (id kept).
-        join = "、".join if zh else ", ".join
-        named = join(f"{OUT_OF_SCOPE_NAMES.get(e, (e, e))[1 if zh else 0]} ({e})" for e in
-                     (errs or ([kinds.most_common(1)[0][0]] if kinds else [])))
+        # The paste's own out-of-scope error, else what the nearest out-of-scope reports were.
+        named = out_of_scope_named(errs or ([kinds.most_common(1)[0][0]] if kinds else []), lang)
         out.abstained, out.route, out.scope = True, "out-of-scope", "out"
         why = learned.not_training(view, whole, lang) or (f"概率 {prob[best]:.2f}" if zh else
                                                           f"probability {prob[best]:.2f}")
