@@ -268,6 +268,28 @@ def test_prose_metrics_in_both_languages():
     assert {"loss", "grad_norm"} <= set(f["nan_metrics"])
 
 
+@pytest.mark.parametrize(("text", "key", "name"), [
+    ("训练到某一步后 kl 指标变为 NaN", "nan_metrics", "kl"),
+    ("kl 变成了 nan", "nan_metrics", "kl"),
+    ("the kl divergence goes to NaN", "nan_metrics", "kl"),
+    ("训练 loss 在第 300 步后变为 nan", "nan_metrics", "loss"),
+    ("loss 在几步之后变为 nan", "nan_metrics", "loss"),
+    ("the loss suddenly becomes nan", "nan_metrics", "loss"),
+    ("loss 变成了 0", "zero_metrics", "loss"),
+    ("loss 很快就降到 0", "zero_metrics", "loss"),
+    ("the loss quickly drops to 0", "zero_metrics", "loss"),
+])
+def test_prose_metric_with_words_of_time_or_speed_between(text, key, name):
+    assert name in values(text).get(key, [])
+
+
+@pytest.mark.parametrize("text", ["loss 没有变成 nan", "the loss did not drop to 0", "loss 降到 0.05",
+                                  "loss is fine but grad_norm is nan", "loss 先降到 0.3 然后变成 nan"])
+def test_prose_metric_gap_with_a_negation_another_metric_or_a_value_is_not_read(text):
+    f = values(text)
+    assert "loss" not in f.get("nan_metrics", []) and "loss" not in f.get("zero_metrics", [])
+
+
 def test_fix_context_is_not_the_failing_setting():
     f = values("the reason was using the model in fp16 precision. When I changed it to `torch_dtype=torch.float32` "
                "in model creation it trained")

@@ -66,6 +66,31 @@ _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes? t
                      # "the training loss and the eval loss are nan"
                      r"(?:and|as well as) the (?:eval\w*|validation|val|train\w*|test) [A-Za-z_][\w/]*|"
                      r"[\w/]+ (?:will be|are|were)))*\s*(?:a |an )?$", re.IGNORECASE)
+# Words between a metric and its bad value that say only when or how fast: "loss 突然变成了 nan", "kl 指标变为 NaN",
+# "the kl divergence goes to nan", "loss 在第 300 步后变为 nan", "the loss quickly drops to 0". They are removed
+# before _GAP_OK judges the rest; a negation or another metric in the gap still rejects it ("loss 没有变成 nan").
+_GAP_FILLER = re.compile(
+    r"在?第\s*\d+\s*(?:步|个?\s*steps?|轮|个?\s*epochs?)\s*(?:后|之后|以后|时)?|"
+    r"在?(?:训练)?(?:几|数|一些|若干)\s*(?:步|个?\s*steps?|轮)\s*(?:后|之后|以后)?|"
+    r"\b(?:after|within|in)\s+(?:the\s+)?(?:a few|several|some|\d+|first|one|two|three)\s+(?:\w+\s+)?"
+    r"(?:steps?|iterations?|epochs?)\b|"
+    r"\b(?:suddenly|quickly|then|eventually|soon|immediately|directly|finally|gradually|rapidly|just|would|divergence)\b|"
+    r"突然|很快|直接|一下子?|马上|立刻|立即|最终|最后|随后|然后|逐渐|慢慢|之后|后来|了|数值|值|指标|曲线",
+    re.IGNORECASE)
+# "drops to 0", "降到 0": how a loss reaches zero (with _BAD_VALUE's "0" not followed by more digits).
+_GAP_FALL = re.compile(r"^\s*(?:就|也|都|会|will|would)?\s*"
+                       r"(?:(?:drops?|dropped|falls?|fell|decrease[sd]?|collapse[sd]?)\s+(?:down\s+)?to|"
+                       r"(?:降|掉|跌|减|回落)(?:到|为|至))\s*$", re.IGNORECASE)
+
+
+def _gap_ok(gap: str) -> bool:
+    """True when `gap` (between a metric's name and a bad value in prose) says the metric took that value."""
+    if _GAP_OK.match(gap):
+        return True
+    rest = _GAP_FILLER.sub(" ", gap)
+    return bool(_GAP_OK.match(rest) or _GAP_FALL.match(rest))
+
+
 # "the loss jumped to 153318", "loss went up to 1.2e+34", "loss 突然变成 1e5": a value no healthy loss or gradient
 # norm reaches (HUGE_VALUE, as for log lines), said in words. Counts ("loss of 10000 samples") are not values.
 _PROSE_HUGE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")(?P<gap>\s{0,3}(?:(?:suddenly|then|quickly|"
@@ -290,7 +315,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             if weights:
                 facts.set("weights_dtype", weights, "text", n, s, source)
         for m in prose_metric.finditer(s):
-            if not _GAP_OK.match(m.group("gap")):
+            if not _gap_ok(m.group("gap")):
                 continue
             _prose_metric(facts, m.group("m"), m.group("v"), n, s, source, m.start("m"))
         for m in trajectory.finditer(s):
