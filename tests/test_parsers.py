@@ -422,3 +422,53 @@ def test_space_separated_metric_lines():
     facts = extract_facts("step 10 loss 3.2, step 20 loss nan\nstep 30 loss nan grad_norm nan").values()
     assert facts["first_bad_step"] == 20
     assert set(facts["nan_metrics"]) >= {"loss", "grad_norm"}
+
+
+# --- steps, not record numbers (issue 11: "step numbers from the log, not record numbers") ------------------
+@pytest.mark.parametrize(("log", "step", "metric"), [
+    # Megatron: the iteration counter is the step; "grad norm" in two words is the grad_norm
+    ((" iteration      120/  100000 | consumed samples:        15360 | learning rate: 2.999E-04 | "
+     "lm loss: NAN | loss scale: 1.0 | grad norm: nan | number of skipped iterations:   1 |"), 120, "grad_norm"),
+    # XTuner / mmengine
+    (("12/01 10:00:00 - mmengine - INFO - Iter(train) [ 120/3000]  lr: 2.0e-04  eta: 1:00:00  time: 1.2  "
+     "loss: nan  grad_norm: nan"), 120, "loss"),
+    # ms-swift's dict line carries its own counter
+    (("{'loss': nan, 'grad_norm': nan, 'learning_rate': 9.9e-05, 'memory(GiB)': 22.1, 'epoch': 0.12, "
+     "'global_step/max_steps': '45/380'}"), 45, "grad_norm"),
+    # a notebook's Trainer table pasted with its tabs
+    ("[80/80 02:02, Epoch 0/1]\nStep\tTraining Loss\n10\t2.040200\n20\tnan\n30\tnan", 20, "loss"),
+])
+def test_the_logs_own_step_counter_is_the_step(log, step, metric):
+    f = extract_facts(log)
+    assert f.value("first_bad_step") == step and metric in f.value("nan_metrics") and not f.warnings
+
+
+def test_a_lone_python_dict_line_is_no_json_and_no_step():
+    for line in ("{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 2e-05, 'epoch': 0.05}",
+                 "{'loss': nan, 'grad_norm': nan, ...}"):
+        f = extract_facts(line)
+        assert "grad_norm" in f.value("nan_metrics")
+        assert not f.warnings  # not "JSON is truncated": it is Python's repr of a dict
+        assert "first_bad_step" not in f  # one record from somewhere in a run: its number is not a step
+    # records from mid-run (epoch 2.5) do not start at step 1 either
+    f = extract_facts("{'loss': 1.04, 'grad_norm': 42.1, 'epoch': 2.5}\n{'loss': nan, 'grad_norm': nan, 'epoch': 2.51}")
+    assert "first_bad_step" not in f and f.value("nan_metrics") == ["loss", "grad_norm"]
+
+
+def test_a_printed_python_config_dict_is_read_as_a_config():
+    f = values("{'fp16': True, 'learning_rate': 2e-05, 'deepspeed': {'zero_optimization': {'stage': 2, "
+               "'overlap_comm': True}}}")
+    assert f["precision"] == "fp16" and f["zero_stage"] == 2 and f["overlap_comm"] is True
+    assert values("{'a': __import__('os').getcwd()}") == {}  # read as data, never evaluated
+
+
+@pytest.mark.parametrize(("text", "step"), [
+    ("训练日志从第一步起 loss 和 grad_norm 就都是 0。", 1),
+    ("grad_norm is nan from the very first step", 1),
+    ("the loss is 0.0 from the first step", 1),
+    ("从第一步开始 loss 正常，之后变为 nan", None),  # the first step was fine
+    ("It worked fine at the first step. Later the loss is nan.", None),
+    ("ZeRO-3 gives an abnormally high loss on the first step", None),  # high is not a bad value; ZeRO is not zero
+])
+def test_the_first_bad_step_said_in_words(text, step):
+    assert values(text).get("first_bad_step") == step

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import math
 import re
 import shlex
 from typing import Any
@@ -171,6 +173,44 @@ def structured(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             _set_config(facts, k, v, n, stripped, source, fix=fix)
 
 
+# A dict printed by Python (`{'loss': nan, 'grad_norm': nan, ...}`): single-quoted keys are not JSON.
+_PY_REPR = re.compile(r"\{\s*'[^'\n]*'\s*:")
+
+
+_RECORD_KEYS = {"loss", "grad_norm", "epoch", "step", "global_step", "global_step/max_steps"}
+_PY_NAMES = {"True": True, "False": False, "None": None, "nan": math.nan, "inf": math.inf}
+
+
+def _py_literal(t: str) -> Any:
+    """A Python literal as `repr` prints it (dicts, lists, numbers, strings, True / None / nan / inf), or None."""
+    if len(t) > 200_000:
+        return None
+    try:
+        tree = ast.parse(t, mode="eval").body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+    def value(node: ast.AST) -> Any:
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in _PY_NAMES:
+            return _PY_NAMES[node.id]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+            v = value(node.operand)
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                return -v if isinstance(node.op, ast.USub) else v
+        if isinstance(node, ast.List | ast.Tuple):
+            return [value(x) for x in node.elts]
+        if isinstance(node, ast.Dict) and None not in node.keys:
+            return {str(value(k)): value(v) for k, v in zip(node.keys, node.values)}
+        raise ValueError("not a literal")
+
+    try:
+        return value(tree)
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
 def whole_json(text: str, lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     """A paste that is one JSON document (DeepSpeed config, trainer_state.json); truncated JSON -> a warning."""
     t = text.strip()
@@ -178,6 +218,14 @@ def whole_json(text: str, lines: list[tuple[int, str]], facts: Facts, source: st
         return
     if too_deep(t):
         facts.warnings.append(f"{source}: JSON nested too deeply to read as a whole; read it line by line")
+        return
+    if _PY_REPR.match(t):
+        # Python's repr of a dict: a printed config (`{'fp16': True, ...}`) is read as one; metric records
+        # (`{'loss': nan, 'grad_norm': nan, ...}`, HF Trainer log lines) and anything else are read line by line.
+        obj = _py_literal(t)
+        if isinstance(obj, dict) and not any(str(k).lower() in _RECORD_KEYS for k in obj):
+            for path, v in flatten(obj):
+                _set_config(facts, path, v, _line_of(lines, path, 1), f"{path}: {v!r}", source)
         return
     try:
         obj = json.loads(t)

@@ -36,7 +36,27 @@ _METRIC_WORD = re.compile(r"loss|norm|reward|kl|acc|logps|logits|margin|entropy|
 _STEP_KEYS = {"step", "global_step", "steps", "iter", "iteration", "train/global_step", "training/global_step",
               "global_steps", "update", "timestep"}
 _TQDM_STEP = re.compile(r"\b(\d+)/(\d+)\s*\[")
+# A progress counter that names itself: Megatron's "iteration      120/  100000", XTuner / mmengine's
+# "Iter(train) [ 120/3000]", ms-swift's "'global_step/max_steps': '45/380'", "Step 45/380".
+_COUNTER_STEP = re.compile(r"(?<![\w/])(?:iteration|iter(?:\(train\))?|global_step/max_steps|step)['\"]?\s*[:=]?\s*"
+                           r"['\"]?\[?\s*(\d+)\s*/\s*\d+", re.IGNORECASE)
+# Megatron names some metrics in two words ("lm loss: NAN | grad norm: nan | loss scale: 1.0"); joined with "_"
+# they read like the one-word names of other trainers.
+_TWO_WORDS = re.compile(r"\b(lm|grad|params|loss|learning|num|mtp|moe|z|load[ _]balancing)\s+(loss|norm|scale|rate|zeros)"
+                        r"(?=\s*:)", re.IGNORECASE)
 _MD_SEP = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)+\|?\s*$")
+
+
+# The table a notebook's Trainer progress prints, pasted with its tabs: "Step\tTraining Loss\tValidation Loss".
+_TAB_HEAD = re.compile(r"(?:global[ _])?(?:step|epoch|iteration|iter)s?", re.IGNORECASE)
+_TAB_NAMES = {"training loss": "loss", "train loss": "loss", "validation loss": "eval_loss", "eval loss": "eval_loss"}
+
+
+def _tab_name(cell: str) -> str:
+    name = " ".join(cell.lower().split())
+    if _TAB_HEAD.fullmatch(name.replace(" ", "_")):
+        return "step" if not name.startswith("epoch") else "epoch"
+    return _TAB_NAMES.get(name, re.sub(r"\W+", "_", name).strip("_") or "value")
 
 
 def _value(v: str) -> float:
@@ -76,7 +96,7 @@ def _record_from_pairs(n: int, text: str, pairs: list[tuple[str, str]]) -> Recor
         if k.lower() in _STEP_KEYS and math.isfinite(val):
             step = int(val)
     if step is None:
-        m = _TQDM_STEP.search(text)
+        m = _COUNTER_STEP.search(text) or _TQDM_STEP.search(text)
         if m:
             step = int(m.group(1))
     return Record(n, text, metrics, raw, step)
@@ -86,7 +106,21 @@ def parse_metric_records(lines: list[tuple[int, str]]) -> list[Record]:
     """Every metric record in the paste, in order: dict/JSON lines, `k=v`, `k:v - k:v`, `k v | k v`, tables."""
     records: list[Record] = []
     header: list[str] | None = None
+    tab_header: list[str] | None = None
     for idx, (n, s) in enumerate(lines):
+        if "\t" in s:
+            cells = [c.strip() for c in s.strip().split("\t")]
+            if _TAB_HEAD.match(cells[0]) and len(cells) >= 2 and not any(re.fullmatch(_NUM, c, re.IGNORECASE)
+                                                                         for c in cells):
+                tab_header = [_tab_name(c) for c in cells]
+                continue
+            if tab_header and len(cells) == len(tab_header) and re.fullmatch(r"\d+", cells[0]):
+                pairs = [(h, c) for h, c in zip(tab_header, cells) if re.fullmatch(_NUM, c, re.IGNORECASE)]
+                rec = _record_from_pairs(n, s, pairs)
+                if rec:
+                    records.append(rec)
+                continue
+        tab_header = None if s.strip() else tab_header
         if "|" in s and s.count("|") >= 2:
             cells = [c.strip() for c in s.strip().strip("|").split("|")]
             if _MD_SEP.match(s):
@@ -116,7 +150,8 @@ def parse_metric_records(lines: list[tuple[int, str]]) -> list[Record]:
                 continue
         else:
             header = None
-        pairs = [(m.group("k"), m.group("v")) for m in _PAIR.finditer(s)]
+        joined = _TWO_WORDS.sub(lambda m: f"{m.group(1).replace(' ', '_')}_{m.group(2)}", s) if " | " in s else s
+        pairs = [(m.group("k"), m.group("v")) for m in _PAIR.finditer(joined)]
         loose = not pairs
         if loose:
             pairs = [(m.group("k"), m.group("v")) for m in _LOOSE_PAIR.finditer(s) if _METRIC_WORD.search(m.group("k"))]
@@ -202,9 +237,20 @@ def metric_facts(records: list[Record], facts: Facts, source: str) -> None:
                     min_pos[k] = v if ref is None else min(ref, v)
         if bad_here and first_bad is None:
             first_bad = (i, r.step, r.text.strip())
-            step = r.step if r.step is not None else i
-            how = "step" if r.step is not None else "record #"
-            facts.set("first_bad_step", step, "log", r.line, f"{how}{step}: {r.text.strip()}", source)
+            if r.step is not None:
+                facts.set("first_bad_step", r.step, "log", r.line, f"step {r.step}: {r.text.strip()}", source)
+            elif _from_the_start(records):
+                facts.set("first_bad_step", i, "log", r.line, f"record #{i}: {r.text.strip()}", source)
+
+
+def _from_the_start(records: list[Record]) -> bool:
+    """Whether a record's number may stand in for its step (the records carry none): the paste begins with the
+    run's first log, as its first record's epoch of 0 says, or, with no epoch logged, a run of several records
+    does. A lone `{'loss': nan, 'grad_norm': nan, 'epoch': 0.05}` says nothing about the step it came from."""
+    epoch = next((v for k, v in records[0].metrics.items() if k.lower() == "epoch"), None)
+    if epoch is not None:
+        return math.isfinite(epoch) and epoch <= 0.01
+    return len(records) >= 2
 
 
 def error_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:

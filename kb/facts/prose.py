@@ -91,6 +91,17 @@ def _gap_ok(gap: str) -> bool:
     return bool(_GAP_OK.match(rest) or _GAP_FALL.match(rest))
 
 
+# "from the first step the loss is nan", "从第一步起 loss 就是 0": the first bad step, said in words (a log's own
+# step counter, read earlier, wins). The clause must also name a bad value and not call anything normal.
+_FROM_START = re.compile(r"from the (?:very )?(?:first|1st) (?:step|iteration)|(?:from|at|on) step (?:0|1)\b|"
+                         r"(?:at|on) the (?:very )?(?:first|1st) (?:step|iteration)|"
+                         r"从第(?:一|1)\s*(?:步|个\s*step|次迭代)|第(?:一|1)\s*(?:步|个\s*step)(?:就|起|开始)", re.IGNORECASE)
+_BAD_IN_CLAUSE = re.compile(r"(?<![\w.])(?:nan|inf)(?!\w)|(?:为|是|都是|就是)\s*0(?![\d.])|\b(?:is|was|are|were|of|to)\s+"
+                            r"(?:0(?:\.0+)?(?![\d.])|zero\b)", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"(?<!\d)\.|\.(?!\d)|[。;；!?！？]")  # not the point of "0.0"
+_NORMAL_IN_CLAUSE = re.compile(r"正常|\bnormal|\bfine\b|\bok\b|healthy|没问题", re.IGNORECASE)
+
+
 # "the loss jumped to 153318", "loss went up to 1.2e+34", "loss 突然变成 1e5": a value no healthy loss or gradient
 # norm reaches (HUGE_VALUE, as for log lines), said in words. Counts ("loss of 10000 samples") are not values.
 _PROSE_HUGE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")(?P<gap>\s{0,3}(?:(?:suddenly|then|quickly|"
@@ -263,10 +274,10 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     # Each pattern below runs on every line: one substring test over the paste drops those that cannot match.
     hay = Haystack(joined.text, joined.low)
     sp, zero, collapse, shift_attn, kl_k3, length_norm, lora, prose_metric, trajectory, metric_rev, lr_fix, \
-        loss_type, kto_words, lightning, spike, prose_lr, version_words, huge = (hay.gate(rx) for rx in (
+        loss_type, kto_words, lightning, spike, prose_lr, version_words, huge, from_start = (hay.gate(rx) for rx in (
             _SP, _ZERO, _COLLAPSE, _SHIFT_ATTN, _KL_K3, _LENGTH_NORM, _LORA, _PROSE_METRIC, _TRAJECTORY,
             _PROSE_METRIC_REV, _LR_FIX, _LOSS_TYPE, _KTO_WORDS, _LIGHTNING, _PROSE_SPIKE, _PROSE_LR, _VERSION_WORDS,
-            _PROSE_HUGE))
+            _PROSE_HUGE, _FROM_START))
     attn = [(rx, impl) for rx, impl in _ATTN if hay.may(rx)]
     symptoms = [(rx, sym) for rx, sym in _SYMPTOM if hay.may(rx)]
     for n, s in lines:
@@ -327,6 +338,12 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                 facts.add("symptom", "huge", "text", n, s, source)
         for m in metric_rev.finditer(s):
             _prose_metric(facts, m.group("m"), m.group("v"), n, s, source, m.start("m"))
+        if "first_bad_step" not in facts and from_start.search(s):
+            for clause in _SENTENCE_END.split(s):
+                if (_FROM_START.search(clause) and _BAD_IN_CLAUSE.search(clause)
+                        and not _NORMAL_IN_CLAUSE.search(clause)):
+                    facts.set("first_bad_step", 1, "text", n, s, source)
+                    break
         if lr_fix.search(s):
             facts.add("fix_changes", "learning_rate=lower", "text", n, s, source)
         for m in loss_type.finditer(s):
