@@ -472,3 +472,11 @@ def test_a_printed_python_config_dict_is_read_as_a_config():
 ])
 def test_the_first_bad_step_said_in_words(text, step):
     assert values(text).get("first_bad_step") == step
+
+
+@pytest.mark.parametrize(("text", "collapse"), [
+    ("GRPO 一轮后准确率从 57% 跌到 2.4%，策略坍塌", True), ("训练奖励迅速塌方", True), ("跑到第 300 步模型崩了", True),
+    ("训崩了", True), ("训练进程崩溃了", False),  # a crash is not a divergence
+])
+def test_collapse_said_in_chinese(text, collapse):
+    assert ("collapse" in values(text).get("symptom", [])) is collapse
