@@ -225,3 +225,14 @@ def test_the_rules_lead_only_when_they_are_the_more_confident(rules, probs, firs
     # "nan" keeps the report in scope for the scope rules (a symptom), so only the ordering is under test.
     view.facts.set("nan_metrics", ["loss"], "text", None, "loss nan")
     assert labels[learned.ranked(view, np.array(probs), labels, "loss nan")[0]] == first
+
+
+@pytest.mark.parametrize(("text", "inference"), [
+    ("Qwen2-7B with float16 generate() outputs only exclamation marks", True),
+    ("vLLM 部署后调用，返回结果是一串感叹号", True),
+    # an RL run generates too, inside training: its rollouts are not inference
+    ('verl agentic RL: rollouts degenerate to "!!!!" repeated until max_response_length', False),
+    ("强化学习时 rollout 生成的回答全是乱码", False),
+])
+def test_generation_inside_an_rl_run_is_training(text, inference):
+    assert learned.inference_only(text) is inference

@@ -46,7 +46,9 @@ _INFERENCE_WORDS = re.compile(r"inference|推理|generat\w*|生成|cli_demo|depl
 _TRAINING_WORDS = re.compile(r"train\w*|fine-?tun\w*|finetun\w*|pre-?train\w*|训练|微调|\bsft\b|q?lora\b|\b(?:dpo|kto|orpo|"
                              r"simpo|grpo|ppo|rlhf|rlvr|rloo)\b|reward model|grad\w*|backward|optimi[sz]er|learning[_ ]rate|"
                              r"\blr\b|\bepochs?\b|\bsteps?\b|\biter(?:ation)?s?\b|\bloss\w*|损失|梯度|deepspeed|\bzero[-_ ]?[0123]\b|"
-                             r"\bfsdp\b", re.IGNORECASE)
+                             r"\bfsdp\b|"
+                             # RL training: its rollouts are generation, but inside a training run
+                             r"\brl\b|reinforcement learning|强化学习|\brollouts?\b|\bactor\b|\bcritic\b", re.IGNORECASE)
 # When the rules are this confident (their calibrated probability, docs/DIAGNOSE.md), their category leads, unless
 # the ranker is surer of another cause (`ranked`): the case base is thin for the mechanisms the curated incidents
 # describe best. Chosen among 0.3-0.85 on the
