@@ -480,3 +480,12 @@ def test_the_first_bad_step_said_in_words(text, step):
 ])
 def test_collapse_said_in_chinese(text, collapse):
     assert ("collapse" in values(text).get("symptom", [])) is collapse
+
+
+def test_sequence_parallelism_and_the_nll_term_described_in_words():
+    f = values("DPO preference training: each sample is split across GPUs, some ranks keep only prompt tokens "
+               "and the NLL term turns nan")
+    assert f["sequence_parallel"] is True and f["nan_metrics"] == ["nll_loss"]
+    assert values("一条样本被切分到多张卡上，nll 项变成 nan")["sequence_parallel"] is True
+    # samples spread over ranks is data parallelism
+    assert "sequence_parallel" not in values("the samples are split between ranks and the loss turns nan")

@@ -35,8 +35,13 @@ _MODEL_HALF = re.compile(r"model\s+(?:(?:is|was|being)\s+)?(?:(?:run|held|kept|s
 _SETTING_AFTER = re.compile(r"[\"']?\s*[:=]")
 _SETTING_BEFORE = re.compile(r"(?:--|[=.\"'])$")
 _CLAUSE = re.compile(r"[^.。;；!?！？\n]+(?:[.。;；!?！？]|$)")
-_SP = re.compile(r"sequence[ _-]parallel|序列并行|ring[ _-]?attn|ring[ _-]attention|ulysses|context[ _-]parallel",
-                 re.IGNORECASE)
+_SP = re.compile(r"sequence[ _-]parallel|序列并行|ring[ _-]?attn|ring[ _-]attention|ulysses|context[ _-]parallel|"
+                 # described without its name: "each sample is split across GPUs", "一条样本被切分到多张卡上"
+                 # (one sample cut into pieces; "samples are split between ranks" is data parallelism)
+                 r"\b(?:each|a|one|every|the|a single)\s+(?:sample|sequence)\s+(?:is\s+|gets\s+)?(?:split|sharded|partitioned)"
+                 r"\s+(?:across|over|between|among)\s+(?:the\s+)?(?:gpus|ranks|devices|cards)|"
+                 r"(?:一条|每条|单条|每个|一个)(?:样本|序列)(?:被)?(?:切分|拆分|切)(?:到|在)(?:多张?卡|多个\s*gpu|多个?\s*rank|"
+                 r"各个?\s*rank|不同的?卡)", re.IGNORECASE)
 _ZERO = re.compile(r"\bzero[ _-]?(?:stage[ _-]?)?([123])\b|\bds_z([123])|\bstage[ _-]?([123])\b", re.IGNORECASE)
 _ATTN = (
     (re.compile(r"flash[ _-]?attn|flash[ _-]?attention|\bfa2\b", re.IGNORECASE), "flash_attention_2"),
@@ -48,7 +53,7 @@ _COLLAPSE = re.compile(r"!{4,}|exclamation mark|感叹号|全(?:部)?(?:变)?(?:
 # verl's `low_var_kl` (Schulman's k3): exp(ref - logp) overflows when the policy drifts; named in prose and code.
 _KL_K3 = re.compile(r"low[_ ]var[_ ]kl|\bk3\b(?:[ _-]?(?:kl|estimator))|kl[ _-]?estimator\W{0,3}k3", re.IGNORECASE)
 _LENGTH_NORM = re.compile(r"length[- ]normali[sz]\w*|average[_ ]log[_ ]?probs?|average_logps|长度归一", re.IGNORECASE)
-_METRIC_NAME = r"(?:[A-Za-z_/]*(?:loss|norm|kl|acc|accuracy|rewards?|logps|logits|margins?|entropy|ppl)[A-Za-z_/]*)"
+_METRIC_NAME = r"(?:[A-Za-z_/]*(?:loss|norm|kl|acc|accuracy|rewards?|logps|logits|margins?|entropy|ppl|nll)[A-Za-z_/]*)"
 _BAD_VALUE = r"(?:(?i:nan|inf|infinity)|无穷大?|0(?:\.0+)?(?![\d.])|zero)"  # "kl变为Nan" too
 _PROSE_METRIC = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")(?=(?P<gap>[^\n,，。.;；=]{0,30}?)"
                            r"(?<![A-Za-z0-9_.])(?P<v>" + _BAD_VALUE + r")(?![A-Za-z0-9_]))", re.IGNORECASE)
@@ -57,7 +62,7 @@ _PROSE_METRIC_REV = re.compile(r"(?<![\w])(?P<v>nan|NaN|inf|Inf)s?\b\s*(?:values
 # "loss: 11.20 -> 11.17 -> nan", "loss 2.1 → 8.3 → inf": a trajectory that ends in a bad value.
 _TRAJECTORY = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")['\"]?\s*[:=：]?\s*(?:[-+]?[\d.]+(?:e[-+]?\d+)?\s*"
                          r"(?:->|→|=>|—>|to|then|,)\s*)+(?P<v>nan|inf|0(?:\.0+)?(?![\d.]))(?![A-Za-z0-9_])", re.IGNORECASE)
-_GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes? to|went to|turns? (?:in)?to|"
+_GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes? to|went to|turns? (?:in)?to|turn(?:s|ed)?|"
                      r"stays?|remains?|always|keeps?|got|gets|shows?|reports?|of|to|equals?|=|:|：|一直|都|总|变|变为|"
                      r"变成|为|是|出现|会|就|直接|也|and [\w/]+ (?:will be|are|were|become)|一直为|一直是|"
                      r"全程|始终|全部|全都|均|"
@@ -75,7 +80,8 @@ _GAP_FILLER = re.compile(
     r"\b(?:after|within|in)\s+(?:the\s+)?(?:a few|several|some|\d+|first|one|two|three)\s+(?:\w+\s+)?"
     r"(?:steps?|iterations?|epochs?)\b|"
     r"\b(?:suddenly|quickly|then|eventually|soon|immediately|directly|finally|gradually|rapidly|just|would|divergence)\b|"
-    r"突然|很快|直接|一下子?|马上|立刻|立即|最终|最后|随后|然后|逐渐|慢慢|之后|后来|了|数值|值|指标|曲线",
+    r"\b(?:term|component|part)\b|"  # "the NLL term turns nan"
+    r"突然|很快|直接|一下子?|马上|立刻|立即|最终|最后|随后|然后|逐渐|慢慢|之后|后来|了|数值|值|指标|曲线|项|部分",
     re.IGNORECASE)
 # "drops to 0", "降到 0": how a loss reaches zero (with _BAD_VALUE's "0" not followed by more digits).
 _GAP_FALL = re.compile(r"^\s*(?:就|也|都|会|will|would)?\s*"
@@ -474,6 +480,8 @@ def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: s
         return  # `max_grad_norm: inf` is a setting
     if name in ("accuracy",):
         name = "acc"
+    if name == "nll":
+        name = "nll_loss"  # "the NLL term": DPO's auxiliary NLL loss (rpo_alpha) or an SFT NLL
     v = value.lower()
     if v in ("0", "zero") or re.fullmatch(r"0\.0+", v):
         if is_loss_like(name):
