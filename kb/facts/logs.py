@@ -110,7 +110,7 @@ def parse_metric_records(lines: list[tuple[int, str]]) -> list[Record]:
     for idx, (n, s) in enumerate(lines):
         if "\t" in s:
             cells = [c.strip() for c in s.strip().split("\t")]
-            if _TAB_HEAD.match(cells[0]) and len(cells) >= 2 and not any(re.fullmatch(_NUM, c, re.IGNORECASE)
+            if _TAB_HEAD.fullmatch(cells[0].replace(" ", "_")) and len(cells) >= 2 and not any(re.fullmatch(_NUM, c, re.IGNORECASE)
                                                                          for c in cells):
                 tab_header = [_tab_name(c) for c in cells]
                 continue
