@@ -167,7 +167,8 @@ def test_similar_reports_header_counts_only_reports_with_the_answers_cause(env, 
     # answer's cause, and when none does the header says so instead of "seen in 0".
     # (Which paste lands in which branch depends on the fitted ranker; the last assert checks both are covered.)
     pastes = ["Qwen2 SFT loss nan at step 300", "swift GRPO 训练 Qwen2.5-7B，自定义奖励函数，日志里 loss 和 grad_norm 一直为 0",
-              "SFT: evaluation loss is nan while the training loss is fine, max_length 512"]
+              "SFT: evaluation loss is nan while the training loss is fine, max_length 512",
+              "learning rate 1e-3 loss spikes then nan"]
     counts = []
     for paste in pastes:
         res = lib.diagnose(text=paste)
