@@ -309,7 +309,9 @@ FRAMEWORKS: dict[str, tuple[str, ...]] = {
     "OpenRLHF": ("openrlhf",),
     "trl": ("trl", "huggingface trl"),
     "xtuner": ("xtuner",),
-    "LLaMA-Factory": ("llama-factory", "llamafactory", "llama_factory", "llamafactory-cli"),
+    # LLaMA-Efficient-Tuning is LLaMA-Factory's name before 2024 (many Chinese reports still use it)
+    "LLaMA-Factory": ("llama-factory", "llamafactory", "llama_factory", "llamafactory-cli", "llama-efficient-tuning",
+                      "llama efficient tuning", "llama_efficient_tuning"),
     "verl": ("verl",),
     "DeepSpeed": ("deepspeed",),
     "DeepSpeed-Chat": ("deepspeed-chat", "deepspeedexamples", "deepspeed chat"),
@@ -320,6 +322,13 @@ FRAMEWORKS: dict[str, tuple[str, ...]] = {
     "axolotl": ("axolotl",),
     "Megatron-LM": ("megatron", "megatron-lm"),
     "nemo-rl": ("nemo-rl", "nemo rl"),
+    # RL and pre-training frameworks of the case base (named in prose, so an answer can say which one ran)
+    "torchtitan": ("torchtitan",),
+    "torchtune": ("torchtune",),
+    "EasyR1": ("easyr1",),
+    "AReaL": ("areal",),
+    "SkyRL": ("skyrl",),
+    "slime": ("thudm/slime",),
 }
 
 ALGORITHMS: dict[str, tuple[str, ...]] = {

@@ -489,3 +489,14 @@ def test_sequence_parallelism_and_the_nll_term_described_in_words():
     assert values("一条样本被切分到多张卡上，nll 项变成 nan")["sequence_parallel"] is True
     # samples spread over ranks is data parallelism
     assert "sequence_parallel" not in values("the samples are split between ranks and the loss turns nan")
+
+
+@pytest.mark.parametrize(("text", "framework"), [
+    ("用 LLaMA-Efficient-Tuning 微调 llama2，loss 从第一步起一直是 0", "LLaMA-Factory"),  # its name before 2024
+    ("slime 跑 Qwen3.5-VL grounding RL，同一 SFT 权重用 HF transformers 推理正常", "slime"),
+    ("torchtitan llama3 8b pretraining loss nan", "torchtitan"),
+    ("EasyR1 GRPO kl nan at step 40", "EasyR1"),
+    ("Mistral-Nemo 12B fine-tune with axolotl: grad norm inf", "axolotl"),  # a model named Nemo is not a framework
+])
+def test_frameworks_named_in_prose(text, framework):
+    assert values(text)["framework"] == framework

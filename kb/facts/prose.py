@@ -142,7 +142,8 @@ _SAID_ABSENT = re.compile(r"(?:\bno|\bnot|\bwithout|\bnever|\bzero|没有|没|�
                           re.IGNORECASE)
 # Only the training frameworks name the tool; DeepSpeed / transformers / torch appear in nearly every paste.
 _FW_ORDER = ["ms-swift", "OpenRLHF", "LLaMA-Factory", "verl", "xtuner", "trl", "unsloth", "DeepSpeed-Chat",
-             "ColossalAI", "axolotl", "Megatron-LM", "nemo-rl", "DeepSpeed", "transformers"]
+             "ColossalAI", "axolotl", "Megatron-LM", "nemo-rl", "torchtitan", "torchtune", "EasyR1", "AReaL",
+             "SkyRL", "slime", "DeepSpeed", "transformers"]
 _FW_AMBIGUOUS = {"torch", "pytorch", "transformers", "deepspeed", "hf trainer"}
 _ALGO_AMBIGUOUS = {"rm", "pt", "reward", "gae"}
 
