@@ -223,18 +223,10 @@ def whole_json(text: str, lines: list[tuple[int, str]], facts: Facts, source: st
         # Python's repr of a dict: a printed config (`{'fp16': True, ...}`) is read as one; metric records
         # (`{'loss': nan, 'grad_norm': nan, ...}`, HF Trainer log lines) and anything else are read line by line.
         obj = _py_literal(t)
-        if isinstance(obj, dict) and not any(str(k).lower() in _RECORD_KEYS for k in obj):
-            for path, v in flatten(obj):
-                _set_config(facts, path, v, _line_of(lines, path, 1), f"{path}: {v!r}", source)
-        return
-    try:
-        obj = json.loads(t)
-    except ValueError as e:
-        obj = _close_truncated(t)
-        if obj is None:
-            facts.warnings.append(f"{source}: looks like JSON but does not parse ({e}); read it line by line")
+        if isinstance(obj, dict) and any(str(k).lower() in _RECORD_KEYS for k in obj):
             return
-        facts.warnings.append(f"{source}: JSON is truncated ({e}); read what is there")
+    else:
+        obj = _json_document(t, facts, source)
     if isinstance(obj, dict):
         for path, v in flatten(obj):
             _set_config(facts, path, v, _line_of(lines, path, 1), f"{path}: {json.dumps(v)}", source)
@@ -245,6 +237,19 @@ def whole_json(text: str, lines: list[tuple[int, str]], facts: Facts, source: st
 
             synthetic = [(1, json.dumps(h)) for h in hist if isinstance(h, dict)]
             logs.metric_facts(logs.parse_metric_records(synthetic), facts, source)
+
+
+def _json_document(t: str, facts: Facts, source: str) -> Any:
+    """`t` parsed as JSON, or read up to its last complete value when truncated (with a warning), or None."""
+    try:
+        return json.loads(t)
+    except ValueError as e:
+        obj = _close_truncated(t)
+        if obj is None:
+            facts.warnings.append(f"{source}: looks like JSON but does not parse ({e}); read it line by line")
+        else:
+            facts.warnings.append(f"{source}: JSON is truncated ({e}); read what is there")
+        return obj
 
 
 def _closers_at(t: str, cuts: list[int]) -> dict[int, str]:
