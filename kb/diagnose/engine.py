@@ -26,6 +26,7 @@ from kb.errors import KBError
 from kb.facts import Fact, Facts, check_text, facts_from_mapping
 from kb.facts.boundary import too_deep
 from kb.facts.pipeline import DEFAULT as PIPELINE
+from kb.facts.template import narrative
 from kb.index import fusion
 from kb.records import Incident
 from kb.tokenize import paste_lang
@@ -426,7 +427,10 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
                        query: str, whole: str, lang: str, k: int, warnings: list[str]) -> Diagnosis:
     """Rules + nearest real reports, weighed by the ranker fitted on the case base (kb.diagnose.learned)."""
     index, ranker = model
-    view = query_view(kb, facts, cands, query, index, whole)
+    # The fact layer read the whole paste; the text-based parts (nearest reports, text classifiers, scope words)
+    # read the reporter's own words, without an issue form's scaffolding and environment dump.
+    view = query_view(kb, facts, cands, narrative(query), index, whole)
+    whole = narrative(whole, limit=8000)  # the learned layer reads the first 4000 characters
     case_labels = [learned.label_of(c) for c in index.cases]
     labels = list(dict.fromkeys([*ranker.labels, *view.category_scores, learned.OUT_OF_SCOPE]))
     prior = learned.priors(case_labels, labels)

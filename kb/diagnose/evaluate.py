@@ -23,6 +23,7 @@ from kb.diagnose.engine import (
     search_without,
 )
 from kb.errors import InputError, NotFound
+from kb.facts.template import narrative
 
 
 def load_eval_set(path: str | Path) -> list[dict[str, Any]]:
@@ -240,15 +241,37 @@ __all__ = ["calibrate", "evaluate", "fit_logistic", "format_report", "holdout_ex
 
 
 # ------------------------------------------------------------------------------------------------ case base
-def _case_views(kb: Diagnoser, cases: list, index) -> list[dict[str, Any]]:
+# What a GitHub issue form adds to every report, whatever went wrong: a checkbox, section headings and an
+# environment dump (versions, GPU). `kb eval --cv` also answers every case as if filed through it, with the ranker
+# fitted on the cases as written, so the table shows how far such scaffolding moves the answers.
+ISSUE_FORM = """### Reminder
+- [x] I have read the documentation and searched the existing issues.
+
+### System Info
+- `llamafactory` version: 0.9.1
+- Platform: Linux-5.15.0-105-generic-x86_64-with-glibc2.35
+- Python version: 3.10.14
+- PyTorch version: 2.4.0+cu121 (GPU)
+- Transformers version: 4.46.1
+- Accelerate version: 1.0.1
+- PEFT version: 0.12.0
+- TRL version: 0.9.6
+- DeepSpeed version: 0.15.4
+- GPU type: NVIDIA A100-SXM4-80GB
+
+### Reproduction
+"""
+
+
+def _case_views(kb: Diagnoser, cases: list, index, form: str = "") -> list[dict[str, Any]]:
     """Rules, retrieval, similarity and hashed text counts for every case's query, computed once (nothing here
-    is fitted)."""
+    is fitted); `form` is put before each report (ISSUE_FORM)."""
     from kb.diagnose import learned
     from kb.diagnose.engine import query_view
 
     rows = []
     for c in cases:
-        text = c.query()
+        text = form + c.query()
         inputs = [("text", text)]
         facts, lines = collect_facts(inputs)
         query = retrieval_query(inputs, facts)
@@ -259,8 +282,9 @@ def _case_views(kb: Diagnoser, cases: list, index) -> list[dict[str, Any]]:
         hits = kb.search(query, k=len(kb.records) if excl else 1, mode="hybrid")
         if excl:
             hits = search_without(hits, excl, "hybrid")
-        rows.append({"case": c, "text": text, "view": query_view(kb, facts, cands, query, index, text),
-                     "counts": learned.text_counts(text), "excluded": sorted(excl),
+        own = narrative(text)  # what the learned layer reads (kb.facts.template), as in engine._learned_diagnosis
+        rows.append({"case": c, "text": own, "view": query_view(kb, facts, cands, narrative(query), index, text),
+                     "counts": learned.text_counts(own), "excluded": sorted(excl),
                      "hybrid_top": hits[0].incident.root_cause.category if hits else None,
                      "rules_top": cands[0].incident.root_cause.category if cands else None,
                      "rules_incidents": [x.incident.id for x in cands[:5]],
@@ -375,6 +399,9 @@ def cross_validate(kb: Diagnoser, folds: int = 5) -> dict[str, Any]:
             _, p = _fit_predict(rows, train, test, labels)
             preds.update({j: (lab, lab == learned.OUT_OF_SCOPE) for j, (lab, _, _) in p.items()})
         out[f"learned, {name}"] = _score(rows, preds)
+        if name == "grouped by thread":
+            out["  the same reports filed through an issue form"] = _form_score(kb, cases, index, rows, fold_of,
+                                                                             labels)
         # Every case's out-of-fold answer (an abstention is "out-of-scope"), for comparisons on a subset (e.g.
         # scripts/blind_reader.py, which sets a reader's labels beside the engine's on the same reports).
         out.setdefault("predictions", {})[name] = {cases[j].id: lab for j, (lab, _) in sorted(preds.items())}
@@ -391,6 +418,23 @@ def cross_validate(kb: Diagnoser, folds: int = 5) -> dict[str, Any]:
     out["rules only (no case learning)"] = _score(rows, every)
     out["plain hybrid retrieval"] = _score(rows, {j: (r["hybrid_top"], False) for j, r in enumerate(rows)})
     return out
+
+
+def _form_score(kb: Diagnoser, cases: list, index, rows: list[dict[str, Any]], fold_of: list[int],
+                labels: list[str]) -> dict[str, Any]:
+    """Out of fold, every report answered as if filed through ISSUE_FORM, by rankers fitted on the reports as
+    written (the training rows are unchanged; only the answered rows carry the form)."""
+    from kb.diagnose import learned
+
+    formed = _case_views(kb, cases, index, ISSUE_FORM)
+    both, n = rows + formed, len(rows)
+    preds: dict[int, tuple[str, bool]] = {}
+    for f in sorted(set(fold_of)):
+        test = [j for j, x in enumerate(fold_of) if x == f]
+        train = [j for j, x in enumerate(fold_of) if x != f]
+        _, p = _fit_predict(both, train, [n + j for j in test], labels)
+        preds.update({j: (p[n + j][0], p[n + j][0] == learned.OUT_OF_SCOPE) for j in test})
+    return _score(rows, preds)
 
 
 def fit_case_ranker(kb: Diagnoser, out: Path | None = None) -> dict[str, Any]:

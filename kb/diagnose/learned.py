@@ -26,6 +26,8 @@ import numpy as np
 from kb.canonical import OUT_OF_SCOPE_ERRORS
 from kb.cases import Case
 from kb.facts import Facts
+from kb.facts.logs import env_facts
+from kb.facts.template import narrative
 from kb.index.bm25 import BM25
 from kb.tokenize import tokenize
 
@@ -79,7 +81,7 @@ class CaseIndex:
 
     @classmethod
     def build(cls, cases: list[Case], embedder, cache: Path | None = None) -> CaseIndex:
-        texts = [c.query()[:2000] for c in cases]
+        texts = [narrative(c.query())[:2000] for c in cases]
         key = _texts_key(texts, getattr(embedder, "name", "?"))
         tokens_key = _texts_key(texts, _tokenizer_stamp())
         dense, tokens = None, None
@@ -233,7 +235,7 @@ def features(view: QueryView, label: str, nbrs: list[int], labels: Sequence[str]
         "oos_knn": knn if oos else 0.0,
         "oos_inference": 1.0 if oos and not view.bad_metric and _INFERENCE_WORDS.search(text[:4000]) else 0.0,
         "fw_bias": 1.0 if fw else 0.0,
-        "fw_versions": 1.0 if fw and any(k in view.facts for k in _VERSION_FACTS) else 0.0,
+        "fw_versions": 1.0 if fw and versions_told(view.facts, text) else 0.0,
         "fw_no_rule": 1.0 if fw and not view.fired else 0.0,
         "fw_release_words": 1.0 if fw and _RELEASE_WORDS.search(text[:4000]) else 0.0,
         "text": 0.0 if oos or text_scores is None else text_scores[1].get(label, 0.0),
@@ -241,6 +243,17 @@ def features(view: QueryView, label: str, nbrs: list[int], labels: Sequence[str]
         "cue": math.log1p(view.cues.get(label, 0.0)),
     }
     return np.array([f[k] for k in FEATURES], dtype=np.float64)
+
+
+def versions_told(facts: Facts, text: str) -> bool:
+    """The report names a release in its own words ("after upgrading to trl 0.9.6", "deepspeed==0.12.2 fails"),
+    not only in the environment dump its issue form asks for (`text` is the narrative, kb.facts.template): every
+    report filed through such a form lists versions, whatever went wrong."""
+    if "version_evidence" in facts:
+        return True
+    told = Facts()
+    env_facts(list(enumerate(text[:4000].split("\n"), 1)), told, "text")
+    return any(k in told for k in _VERSION_FACTS)
 
 
 def priors(labels: Sequence[str], all_labels: Sequence[str], smoothing: float = 1.0) -> dict[str, float]:
@@ -393,7 +406,7 @@ class TextModel:
         labels, so an added or edited case refits them and nothing fitted is shipped in the package."""
         if not cases:
             return None
-        texts = [c.query() for c in cases]
+        texts = [narrative(c.query()) for c in cases]
         labels = [label_of(c) for c in cases]
         key = _texts_key([f"{lab}\0{t[:4000]}" for lab, t in zip(labels, texts)],
                          f"text-{TEXT_DIM}-{TEXT_HASH}-{SCOPE_RIDGE}-{CATEGORY_RIDGE}-{SCOPE_MIN_DF}-{CATEGORY_MIN_DF}")

@@ -262,7 +262,7 @@ def error_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None
                 facts.add("errors", eid, "log", n, s.strip(), source)
 
 
-_PKG = re.compile(r"(?<![\w\-])(?P<pkg>[A-Za-z][\w\-]*)[ \t]*(?:==|=|>=|~=|:|version[ \t]*:?)[ \t]*['\"]?"
+_PKG = re.compile(r"(?<![\w\-])(?P<pkg>[A-Za-z][\w\-]*)`?[ \t]*(?:==|=|>=|~=|:|version[ \t]*:?)[ \t]*['\"]?"
                   r"(?P<ver>v?\d+(?:\.\d+)+[\w.+\-]*)", re.IGNORECASE)
 _PIP_LIST = re.compile(r"^\s*(?P<pkg>[A-Za-z][\w\-]*)\s{2,}(?P<ver>v?\d+(?:\.\d+)+[\w.+\-]*)\s*$")
 _TORCH_ENV = re.compile(r"PyTorch version\s*:\s*(?P<ver>\d+(?:\.\d+)+[\w.+\-]*)", re.IGNORECASE)
