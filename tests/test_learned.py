@@ -136,7 +136,8 @@ def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_writes_
     report = cross_validate(kb, folds=3)
     assert report["cases"] == len(chosen) == report["threads"]
     for name in ("learned, grouped by thread", "learned, leave one framework out", "rules only (no case learning)",
-                 "plain hybrid retrieval", "  the same reports filed through an issue form"):
+                 "plain hybrid retrieval", "  the same reports filed through an issue form",
+                 "  the same reports, title only"):
         r = report[name]
         assert r["n_in"] == 14 and r["n_out"] == 10 and 0.0 <= r["top1"] <= 1.0
     preds = report["predictions"]["grouped by thread"]  # every case's own out-of-fold answer, by id

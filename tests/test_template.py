@@ -66,6 +66,15 @@ def test_a_forms_scaffolding_and_environment_dump_leave_only_the_reporters_words
     assert narrative(OWN + "\n" + form).strip() == OWN
 
 
+def test_screenshots_are_left_out_and_links_kept():
+    shot = ("![image](https://github.com/user-attachments/assets/5b0c2f7e-9a41-4c1e-8d3f-2e7a61c0b9d4)\n"
+            '<img width="812" alt="curve" src="https://github.com/user-attachments/assets/0d1e">\n'
+            "https://github.com/user-attachments/assets/77aa01\n")
+    assert narrative(shot + OWN + "\n" + shot).strip() == OWN
+    inline = "the curve ![loss](https://user-images.githubusercontent.com/1/2.png) spikes, see [#12](https://x.org/12)"
+    assert narrative(inline) == "the curve  spikes, see [#12](https://x.org/12)"
+
+
 @pytest.mark.parametrize("line", [
     "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 270.00 MiB.",
     "flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi",

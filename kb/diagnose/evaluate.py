@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -263,15 +264,16 @@ ISSUE_FORM = """### Reminder
 """
 
 
-def _case_views(kb: Diagnoser, cases: list, index, form: str = "") -> list[dict[str, Any]]:
+def _case_views(kb: Diagnoser, cases: list, index, text_of: Callable[[Any], str] | None = None
+                ) -> list[dict[str, Any]]:
     """Rules, retrieval, similarity and hashed text counts for every case's query, computed once (nothing here
-    is fitted); `form` is put before each report (ISSUE_FORM)."""
+    is fitted); `text_of` gives what the reporter brings (default: `Case.query`, title, observation and paste)."""
     from kb.diagnose import learned
     from kb.diagnose.engine import query_view
 
     rows = []
     for c in cases:
-        text = form + c.query()
+        text = text_of(c) if text_of is not None else c.query()
         inputs = [("text", text)]
         facts, lines = collect_facts(inputs)
         query = retrieval_query(inputs, facts)
@@ -400,8 +402,8 @@ def cross_validate(kb: Diagnoser, folds: int = 5) -> dict[str, Any]:
             preds.update({j: (lab, lab == learned.OUT_OF_SCOPE) for j, (lab, _, _) in p.items()})
         out[f"learned, {name}"] = _score(rows, preds)
         if name == "grouped by thread":
-            out["  the same reports filed through an issue form"] = _form_score(kb, cases, index, rows, fold_of,
-                                                                             labels)
+            for label, text_of in VARIANTS.items():
+                out[label] = _variant_score(kb, cases, index, rows, fold_of, labels, text_of)
         # Every case's out-of-fold answer (an abstention is "out-of-scope"), for comparisons on a subset (e.g.
         # scripts/blind_reader.py, which sets a reader's labels beside the engine's on the same reports).
         out.setdefault("predictions", {})[name] = {cases[j].id: lab for j, (lab, _) in sorted(preds.items())}
@@ -420,14 +422,22 @@ def cross_validate(kb: Diagnoser, folds: int = 5) -> dict[str, Any]:
     return out
 
 
-def _form_score(kb: Diagnoser, cases: list, index, rows: list[dict[str, Any]], fold_of: list[int],
-                labels: list[str]) -> dict[str, Any]:
-    """Out of fold, every report answered as if filed through ISSUE_FORM, by rankers fitted on the reports as
-    written (the training rows are unchanged; only the answered rows carry the form)."""
+# The same reports brought differently, answered by rankers fitted on the reports as written: filed through an
+# issue form (what real reports look like), and the title alone (a short report: a title and a screenshot).
+VARIANTS: dict[str, Callable[[Any], str]] = {
+    "  the same reports filed through an issue form": lambda c: ISSUE_FORM + c.query(),
+    "  the same reports, title only": lambda c: c.title,
+}
+
+
+def _variant_score(kb: Diagnoser, cases: list, index, rows: list[dict[str, Any]], fold_of: list[int],
+                   labels: list[str], text_of: Callable[[Any], str]) -> dict[str, Any]:
+    """Out of fold, every report answered as `text_of` brings it, by rankers fitted on the reports as written
+    (the training rows are unchanged; only the answered rows change)."""
     from kb.diagnose import learned
 
-    formed = _case_views(kb, cases, index, ISSUE_FORM)
-    both, n = rows + formed, len(rows)
+    brought = _case_views(kb, cases, index, text_of)
+    both, n = rows + brought, len(rows)
     preds: dict[int, tuple[str, bool]] = {}
     for f in sorted(set(fold_of)):
         test = [j for j, x in enumerate(fold_of) if x == f]
