@@ -462,6 +462,13 @@ def test_a_printed_python_config_dict_is_read_as_a_config():
     assert values("{'a': __import__('os').getcwd()}") == {}  # read as data, never evaluated
 
 
+@pytest.mark.parametrize("text", ["{'fp16': True, 'x': b'ab'}", "{'fp16': True, 'c': 1+2j}", "{'fp16': True, 'e': ...}",
+                                  "{'fp16': True, 'tags': {1, 2}}"])
+def test_a_printed_dict_holding_what_json_cannot_is_no_traceback(text):
+    """A bytes value crashed the JSON flattening of a printed dict (TypeError); such a dict is not a config."""
+    assert "precision" not in values(text)
+
+
 @pytest.mark.parametrize(("text", "step"), [
     ("训练日志从第一步起 loss 和 grad_norm 就都是 0。", 1),
     ("grad_norm is nan from the very first step", 1),

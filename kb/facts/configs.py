@@ -191,7 +191,8 @@ def _py_literal(t: str) -> Any:
         return None
 
     def value(node: ast.AST) -> Any:
-        if isinstance(node, ast.Constant):
+        # Only what JSON can hold: a bytes, complex or Ellipsis constant makes it something else than a config.
+        if isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, str | int | float)):
             return node.value
         if isinstance(node, ast.Name) and node.id in _PY_NAMES:
             return _PY_NAMES[node.id]
