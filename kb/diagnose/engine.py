@@ -397,8 +397,8 @@ def out_of_scope_named(ids: list[str], lang: str) -> str:
 
 def query_view(kb: Searcher, facts: Facts, cands: list[Candidate], query: str, index: CaseIndex,
                text: str = "") -> learned.QueryView:
-    """What the rules said about a query, per category, its similarity to every case, and the category cues read
-    on its text (the whole paste; `query` when not given)."""
+    """What the rules said about a query, per category, its similarity to every case (on the reporter's own
+    words, kb.facts.template), and the category cues read on its text (the whole paste; `query` when not given)."""
     scores: dict[str, float] = {}
     fired: set[str] = set()
     for c in cands:
@@ -407,7 +407,8 @@ def query_view(kb: Searcher, facts: Facts, cands: list[Candidate], query: str, i
         if c.fired:
             fired.add(cat)
     top = cands[0].incident.root_cause.category if cands else None
-    sims = index.similarities(query, kb.embed_query(query)) if query.strip() else np.zeros(len(index.cases))
+    own = narrative(query)
+    sims = index.similarities(own, kb.embed_query(own)) if own.strip() else np.zeros(len(index.cases))
     return learned.QueryView(facts, scores, fired, top, sims, score_query(facts, text or query))
 
 
@@ -429,7 +430,7 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
     index, ranker = model
     # The fact layer read the whole paste; the text-based parts (nearest reports, text classifiers, scope words)
     # read the reporter's own words, without an issue form's scaffolding and environment dump.
-    view = query_view(kb, facts, cands, narrative(query), index, whole)
+    view = query_view(kb, facts, cands, query, index, whole)
     whole = narrative(whole, limit=8000)  # the learned layer reads the first 4000 characters
     case_labels = [learned.label_of(c) for c in index.cases]
     labels = list(dict.fromkeys([*ranker.labels, *view.category_scores, learned.OUT_OF_SCOPE]))

@@ -285,7 +285,7 @@ def _case_views(kb: Diagnoser, cases: list, index, text_of: Callable[[Any], str]
         if excl:
             hits = search_without(hits, excl, "hybrid")
         own = narrative(text)  # what the learned layer reads (kb.facts.template), as in engine._learned_diagnosis
-        rows.append({"case": c, "text": own, "view": query_view(kb, facts, cands, narrative(query), index, text),
+        rows.append({"case": c, "text": own, "view": query_view(kb, facts, cands, query, index, text),
                      "counts": learned.text_counts(own), "excluded": sorted(excl),
                      "hybrid_top": hits[0].incident.root_cause.category if hits else None,
                      "rules_top": cands[0].incident.root_cause.category if cands else None,
