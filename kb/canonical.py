@@ -494,7 +494,9 @@ ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
         ("softcap_missing", r"soft[-_ ]?capping|softcap", True),
         # A reward function that hands back None / NaN (parse failure, API error) poisons the advantages.
         ("nan_reward", (r"reward\w*(?: func\w*| fn| model)?\W{0,3}.{0,40}\b(?:returns?|returned|returning|gives?|gave|"
-                       r"yields?|outputs?)\s+(?:a\s+)?(?:None|nan|NaN|float\(\s*['\"]nan['\"]\s*\))|"
+                       r"yields?|outputs?)\s+(?:a\s+)?(?:None|nan|NaN|float\(\s*['\"]nan['\"]\s*\))"
+                       # "the reward model gave a NaN loss" is a NaN loss of reward-model training, not a NaN reward
+                       r"(?!\s*(?:loss(?:es)?|metrics?|grad\w*))|"
                        r"rewards?_per_func\w*.{0,30}\bnan\b|nan (?:in|for) (?:the )?rewards?\b"), True),
         # Attention rows with no key left to attend to (padding) give NaN in softmax / SDPA.
         ("masked_row_nan", (r"(?:fully|entirely|completely)[- ]masked (?:rows?|quer(?:y|ies))|"

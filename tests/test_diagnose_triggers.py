@@ -117,3 +117,29 @@ def test_a_setting_matched_as_the_incidents_algorithm_is_not_counted_again_from_
     assert "algorithm" in inc.config  # the incident names its algorithm twice: as a field and in its config
     shown = [label.lower() for label, _ in _meta_matches(inc, extract_facts("reward model lora loss 1.19e+34"))]
     assert shown.count("algorithm rm") == 1, shown
+
+
+def test_collapsed_rollouts_point_to_the_kl_estimator_only_in_rl_and_only_weakly_without_a_nan(incidents):
+    """Outputs collapsing to "!!!!" is the KL estimator's overflow in an RL run that also went NaN; without a NaN it
+    is one cause among several (a vLLM or weight-sync regression does the same: cases gh-verl-project-verl-3308,
+    gh-verl-project-verl-6813), and a supervised run has no KL term at all (gh-verl-project-verl-785)."""
+    inc = incidents["verl-grpo-low-var-kl-nan"]
+
+    def fired(text):
+        return set(_fired(inc, extract_facts(text)))
+
+    rl_nan = fired("verl GRPO run: loss nan at step 120, then every rollout is '!!!!!!!!' repeated. vllm==0.7.3")
+    assert "rl-output-collapse" in rl_nan
+    rl_only = fired("verl GRPO run: after 100 steps every rollout is '!!!!!!!!' repeated. vllm==0.7.3")
+    assert rl_only == {"rl-output-collapse-no-nan"}
+    weights = {t.id: t.weight for t in inc.triggers}
+    assert weights["rl-output-collapse-no-nan"] < weights["rl-output-collapse"]
+    assert not fired("SFT with verl's fsdp_sft_trainer: loss nan at the same step, then the model only generates "
+                     "'!!!!!!'")
+
+
+def test_a_reward_model_with_a_nan_loss_is_not_a_reward_returning_nan():
+    for text in ("Training the reward model on BLOOM gave a NaN loss on every step.",
+                 "reward-model training on the WebGPT dataset gives NaN loss and metrics"):
+        assert "nan_reward" not in extract_facts(text).value("errors", [])
+    assert "nan_reward" in extract_facts("the reward model outputs NaN for some prompts").value("errors", [])
