@@ -115,7 +115,7 @@ def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_writes_
 
     from kb import KnowledgeBase
     from kb.cases import load_cases
-    from kb.diagnose.evaluate import cross_validate, fit_case_ranker, format_cv
+    from kb.diagnose.evaluate import VARIANTS, cross_validate, fit_case_ranker, format_cv
 
     data = os.environ.get("KB_DATA_DIR") or tmp_path_factory.mktemp("data")
     kb = KnowledgeBase.open(data_dir=data, incidents_dir=repo_root / "incidents")
@@ -136,8 +136,7 @@ def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_writes_
     report = cross_validate(kb, folds=3)
     assert report["cases"] == len(chosen) == report["threads"]
     for name in ("learned, grouped by thread", "learned, leave one framework out", "rules only (no case learning)",
-                 "plain hybrid retrieval", "  the same reports filed through an issue form",
-                 "  the same reports, title only"):
+                 "plain hybrid retrieval", *VARIANTS):
         r = report[name]
         assert r["n_in"] == 14 and r["n_out"] == 10 and 0.0 <= r["top1"] <= 1.0
     preds = report["predictions"]["grouped by thread"]  # every case's own out-of-fold answer, by id

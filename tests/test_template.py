@@ -10,7 +10,7 @@ import pytest
 from kb.diagnose import learned
 from kb.diagnose.evaluate import ISSUE_FORM
 from kb.facts import Facts, extract_facts
-from kb.facts.template import narrative, template_line
+from kb.facts.template import code_line, narrative, template_line
 
 TRANSFORMERS_ENV = """### System Info
 - `transformers` version: 4.46.1
@@ -110,6 +110,51 @@ def test_versions_count_for_a_framework_defect_only_when_the_reporter_names_them
     told = "after upgrading to trl==0.9.6 the DPO loss is nan; 0.9.4 was fine"
     assert learned.versions_told(extract_facts(told), narrative(told))
     assert learned.versions_told(Facts(), "") is False
+
+
+TRACEBACK = """Traceback (most recent call last):
+  File "/home/user/train.py", line 212, in <module>
+    trainer.train()
+  File "/opt/conda/lib/python3.10/site-packages/transformers/trainer.py", line 3579, in training_step
+    loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/opt/conda/lib/python3.10/site-packages/torch/autograd/__init__.py", line 289, in backward
+    _engine_run_backward(
+RuntimeError: Function 'LogSoftmaxBackward0' returned nan values in its 0th output."""
+
+SCRIPT = """```python
+from transformers import AutoTokenizer, AutoModelForCausalLM, Trainer
+import torch
+tokenizer = AutoTokenizer.from_pretrained(model_path)
+tokenizer.padding_side = "left"
+model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float16)
+model.half()
+trainer = Trainer(model=model, args=training_args, train_dataset=dataset)
+trainer.train()
+```"""
+
+
+def test_traceback_frames_are_left_out_and_the_exception_kept():
+    got = narrative(OWN + "\n" + TRACEBACK)
+    assert got == OWN + "\nTraceback (most recent call last):\n" + TRACEBACK.rsplit("\n", 1)[1]
+
+
+def test_script_plumbing_is_left_out_and_its_settings_kept():
+    got = narrative(OWN + "\n" + SCRIPT)
+    assert got.split("\n") == [*OWN.split("\n"), "```python", 'tokenizer.padding_side = "left"',
+                   "model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float16)",
+                   "model.half()", "```"]
+    facts = extract_facts(OWN + "\n" + SCRIPT)  # the fact layer reads every line
+    assert facts.value("weights_dtype") == "fp16" and facts.value("padding_side") == "left"
+    assert facts.value("model") is None  # `Trainer(model=model)` names a variable, not the model
+
+
+@pytest.mark.parametrize("line", [
+    "I called trainer.train() and the loss is nan", "loss = nan", "lr = 1e-4", "    learning_rate=2e-5,",
+    "import of the data failed at step 3", "model.to(torch.bfloat16) fixed it", "x = y.float()",
+])
+def test_prose_and_settings_are_not_code_plumbing(line):
+    assert not code_line(line)
 
 
 @pytest.fixture(scope="module")

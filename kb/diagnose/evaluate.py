@@ -263,6 +263,29 @@ ISSUE_FORM = """### Reminder
 ### Reproduction
 """
 
+# Two more things real reports carry that say nothing about the cause: a traceback's frames (where the program
+# was) and the training script the reporter ran (its imports and calls). Neither sets anything.
+PASTED_TRACEBACK = """Traceback (most recent call last):
+  File "/home/user/train.py", line 212, in <module>
+    trainer.train()
+  File "/opt/conda/lib/python3.10/site-packages/transformers/trainer.py", line 2123, in train
+    return inner_training_loop(
+  File "/opt/conda/lib/python3.10/site-packages/transformers/trainer.py", line 3579, in training_step
+    loss = self.compute_loss(model, inputs, num_items_in_batch=num_items_in_batch)
+  File "/opt/conda/lib/python3.10/site-packages/torch/nn/modules/module.py", line 1553, in _wrapped_call_impl
+    return self._call_impl(*args, **kwargs)
+"""
+PASTED_SCRIPT = """```python
+from datasets import load_dataset
+from transformers import AutoTokenizer, AutoModelForCausalLM, Trainer
+tokenizer = AutoTokenizer.from_pretrained(model_path)
+model = AutoModelForCausalLM.from_pretrained(model_path)
+dataset = load_dataset("json", data_files=data_path)["train"]
+trainer = Trainer(model=model, args=training_args, train_dataset=dataset, tokenizer=tokenizer)
+trainer.train()
+```
+"""
+
 
 def _case_views(kb: Diagnoser, cases: list, index, text_of: Callable[[Any], str] | None = None
                 ) -> list[dict[str, Any]]:
@@ -423,9 +446,12 @@ def cross_validate(kb: Diagnoser, folds: int = 5) -> dict[str, Any]:
 
 
 # The same reports brought differently, answered by rankers fitted on the reports as written: filed through an
-# issue form (what real reports look like), and the title alone (a short report: a title and a screenshot).
+# issue form (what real reports look like), with traceback frames or the training script pasted below, and the
+# title alone (a short report: a title and a screenshot).
 VARIANTS: dict[str, Callable[[Any], str]] = {
     "  the same reports filed through an issue form": lambda c: ISSUE_FORM + c.query(),
+    "  the same reports with traceback frames pasted": lambda c: c.query() + "\n" + PASTED_TRACEBACK,
+    "  the same reports with a training script pasted": lambda c: c.query() + "\n" + PASTED_SCRIPT,
     "  the same reports, title only": lambda c: c.title,
 }
 
@@ -465,12 +491,12 @@ def fit_case_ranker(kb: Diagnoser, out: Path | None = None) -> dict[str, Any]:
 def format_cv(report: dict[str, Any]) -> str:
     head = (f"case base: {report['cases']} cases from {report['threads']} threads; out-of-fold numbers "
             f"({report['folds']} folds grouped by thread; leave-one-framework-out)")
-    columns = (f"{'method':44} {'in':>4} {'out':>4} {'top-1':>6} {'in-scope abstained':>19} "
+    columns = (f"{'method':50} {'in':>4} {'out':>4} {'top-1':>6} {'in-scope abstained':>19} "
                f"{'out-of-scope abstained':>23}")
     lines = [head, columns]
     for name, r in report.items():
         if isinstance(r, dict) and "n_in" in r:
-            lines.append(f"{name:44} {r['n_in']:>4} {r['n_out']:>4} {_fmt(r['top1']):>6} "
+            lines.append(f"{name:50} {r['n_in']:>4} {r['n_out']:>4} {_fmt(r['top1']):>6} "
                          f"{_fmt(r['in_abstained']):>19} {_fmt(r['out_abstained']):>23}")
     if report.get("confusion"):
         lines.append("out of fold, grouped by thread: per true label, right / n, and where the misses went")

@@ -312,11 +312,28 @@ def _close_truncated(t: str) -> Any:
     return None
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+
+
+def _variable_argument(s: str, m: re.Match) -> bool:
+    """A keyword argument of a Python call whose value is a variable (`Trainer(model=model, args=training_args)`,
+    `from_pretrained(path, torch_dtype=dtype)`): a name in code, not the run's setting. Literals (`fp16=True`,
+    `lr=1e-4`, `"left"`, `torch.float16`) and `key=value` outside a call's parentheses (hydra overrides, prose)
+    are settings."""
+    v = m.group("v")
+    if not _IDENTIFIER.fullmatch(v) or v in ("True", "False", "None"):
+        return False
+    before = s[:m.start()]
+    return before.count("(") > before.count(")")
+
+
 def inline(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     """`key=value` inside Python calls and prose, `--flag value` fragments, `model.half()`, autocast."""
     for i, (n, s) in enumerate(lines):
         for m in _INLINE_KV.finditer(s):
             if s[m.end():m.end() + 1] == "(":  # `model = AutoModel.from_pretrained(`: a call, not a value
+                continue
+            if _variable_argument(s, m):  # `Trainer(model=model, args=training_args)`: names, not settings
                 continue
             if canonical_key(m.group("k")) or m.group("k").lower() in ("fp16", "bf16", "half"):
                 _set_config(facts, m.group("k"), _clean_value(m.group("v")), n, s.strip(), source,

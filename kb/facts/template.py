@@ -3,7 +3,8 @@
 A GitHub issue form puts the same lines into every report of a repository, whatever went wrong: checkboxes
 ("- [X] I have read the README and searched the existing issues"), section headings ("### System Info",
 "**Describe the bug**"), the form's own instructions, and an environment dump (`transformers-cli env`,
-`python -m torch.utils.collect_env`, `ds_report`, `pip list`); screenshots add links kb cannot read. The fact
+`python -m torch.utils.collect_env`, `ds_report`, `pip list`); screenshots add links kb cannot read; a traceback's
+frames and a pasted script's imports and calls are where the program was, not what the reporter saw. The fact
 layer reads all of it (versions and GPU names are facts). The text-based parts of diagnosis (the text classifiers, the nearest reports, the scope words)
 read `narrative(text)` instead, so that a report filed through LLaMA-Factory's form and the same report typed
 by hand are answered alike. Measured on the case base before this change: putting a LLaMA-Factory-style form
@@ -116,20 +117,62 @@ _IMAGE = re.compile(r"!\[[^\]\n]{0,200}\]\([^)\s]{1,500}\)|<img\b[^>\n]{0,1000}>
                     r"[^\s)\]>]{1,500}", re.IGNORECASE)
 
 
+# A traceback's frame ("  File "/x/trainer.py", line 2123, in train"), its source line and its caret line: where
+# the program was, the same in every report through the same library, not what the reporter saw (the exception
+# line at the bottom stays). Measured out of fold (docs/DIAGNOSE.md): twelve frames of a Trainer traceback after
+# every report took top-1 from 0.645 to 0.594; left out, 0.636 (0.651 without them).
+_FRAME = re.compile(r'^(\s*)File "[^"\n]{1,400}", line \d+(?:, in \S+)?\s*$')
+_CARETS = re.compile(r"^\s*[~^]+\s*$")
+# Program plumbing in a pasted script: imports, definitions, control lines and calls or assignments that carry no
+# literal setting (`trainer = Trainer(model=model, args=training_args)`, `trainer.train()`). A line that sets a
+# literal stays (`torch_dtype=torch.float16`, `tokenizer.padding_side = "left"`, `lr=1e-4`, `fp16=True`,
+# `model.half()`): it says what the run was. The fact layer reads every line either way. Measured the same way: a
+# seven-line loading-and-Trainer script after every report took top-1 from 0.645 to 0.597 (its words had come to
+# mean half-precision weights, whose reports often paste their loading code); left out, 0.654.
+_IMPORT = re.compile(r"^\s*(?:from\s+[\w.]+\s+import\s+\S|import\s+[\w.]+(?:\s+as\s+\w+)?\s*(?:,\s*[\w.]+\s*)*$)")
+_CODE = re.compile(r"^\s*(?:(?:def|class)\s+\w+\s*[(:]|(?:return|yield|raise|pass|break|continue)\b|"
+                   r"(?:for|while|if|elif|else|with|try|except|finally)\b[^\n]*:\s*$|"
+                   r"[\w.\[\]'\"]+\s*(?:[-+*/]?=)\s*[\w.\[\]'\"]*\(|[\w.]+\([^()]*\)\s*$|\)\s*$)")
+_LITERAL_SETTING = re.compile(r"""[\w\]'"]\s*=\s*(?:[-+]?\.?\d|["']|True\b|False\b|torch\.\w)|"""
+                              r"torch\.(?:float|bfloat|half|int)\w*|\.(?:half|bfloat16|float|double)\(\)")
+
+
+def code_line(line: str) -> bool:
+    """Whether a line is program plumbing (an import, a definition, a call or assignment with no literal setting,
+    a traceback's caret line)."""
+    s = line.strip()
+    if not s or len(s) > _LONGEST:
+        return False
+    if _IMPORT.match(s) or _CARETS.fullmatch(s):
+        return True
+    return bool(_CODE.match(s)) and not _LITERAL_SETTING.search(s)
+
+
 def narrative(text: str, limit: int | None = None) -> str:
-    """`text` without its template and environment lines and its screenshots (kept whole when nothing else would
-    be left). With `limit`, reading stops once that many characters are kept (the learned layer reads the first
-    4000)."""
+    """`text` without its template and environment lines, its screenshots, traceback frames and script plumbing
+    (kept whole when nothing else would be left). With `limit`, reading stops once that many characters are kept
+    (the learned layer reads the first 4000)."""
     kept: list[str] = []
     size, dropped = 0, False
+    frame = -1  # indentation of the traceback frame line just dropped: its source line follows, deeper
     for ln in text.split("\n"):
+        if frame >= 0:
+            deeper, frame = len(ln) - len(ln.lstrip()) > frame, -1
+            if ln.strip() and deeper and not _FRAME.match(ln):
+                dropped = True
+                continue
         if "](" in ln or "user-" in ln or "<img" in ln.lower():
             bare = _IMAGE.sub("", ln)
             if bare != ln:
                 dropped, ln = True, bare
                 if not ln.strip():
                     continue
-        if template_line(ln):
+        if len(ln) <= _LONGEST and 'File "' in ln:
+            m = _FRAME.match(ln)
+            if m:
+                dropped, frame = True, len(m.group(1))
+                continue
+        if template_line(ln) or code_line(ln):
             dropped = True
             continue
         kept.append(ln)
