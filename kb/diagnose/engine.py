@@ -119,7 +119,11 @@ def collect_facts(inputs: list[tuple[str, str]]) -> tuple[Facts, list[tuple[str,
 
 
 def retrieval_query(inputs: list[tuple[str, str]], facts: Facts) -> str:
-    """The text sent to retrieval: the whole paste when short, else prose + error/metric lines + config facts."""
+    """The text sent to retrieval: the whole paste when short, else prose + error/metric lines + config facts.
+    Both read the reporter's own words (`narrative`): an issue form's scaffolding and environment dump, a
+    traceback's frames and a script's plumbing would otherwise pull the incidents that mention LLaMA-Factory or
+    DeepSpeed up for every report filed through their forms (the facts still come from every line)."""
+    inputs = [(name, narrative(value)) for name, value in inputs]
     whole = "\n".join(v for _, v in inputs)
     if len(whole) <= _QUERY_CHARS:
         return whole
