@@ -119,7 +119,7 @@ _IMAGE = re.compile(r"!\[[^\]\n]{0,200}\]\([^)\s]{1,500}\)|<img\b[^>\n]{0,1000}>
 
 # A traceback's frame ("  File "/x/trainer.py", line 2123, in train"), its source line and its caret line: where
 # the program was, the same in every report through the same library, not what the reporter saw (the exception
-# line at the bottom stays). Measured out of fold (docs/DIAGNOSE.md): twelve frames of a Trainer traceback after
+# line at the bottom stays). Measured out of fold (docs/DIAGNOSE.md): five frames of a Trainer traceback after
 # every report took top-1 from 0.645 to 0.594; left out, 0.636 (0.651 without them).
 _FRAME = re.compile(r'^(\s*)File "[^"\n]{1,400}", line \d+(?:, in \S+)?\s*$')
 _CARETS = re.compile(r"^\s*[~^]+\s*$")
