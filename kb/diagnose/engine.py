@@ -401,8 +401,9 @@ def out_of_scope_named(ids: list[str], lang: str) -> str:
 
 def query_view(kb: Searcher, facts: Facts, cands: list[Candidate], query: str, index: CaseIndex,
                text: str = "") -> learned.QueryView:
-    """What the rules said about a query, per category, its similarity to every case (on the reporter's own
-    words, kb.facts.template), and the category cues read on its text (the whole paste; `query` when not given)."""
+    """What the rules said about a query, per category, its similarity to every case, and the category cues read on
+    its text (the whole paste; `query` when not given). `query` is `retrieval_query`'s, already the reporter's own
+    words (kb.facts.template), so the case similarities and the rules' retrieval read the same text."""
     scores: dict[str, float] = {}
     fired: set[str] = set()
     for c in cands:
@@ -411,8 +412,7 @@ def query_view(kb: Searcher, facts: Facts, cands: list[Candidate], query: str, i
         if c.fired:
             fired.add(cat)
     top = cands[0].incident.root_cause.category if cands else None
-    own = narrative(query)
-    sims = index.similarities(own, kb.embed_query(own)) if own.strip() else np.zeros(len(index.cases))
+    sims = index.similarities(query, kb.embed_query(query)) if query.strip() else np.zeros(len(index.cases))
     return learned.QueryView(facts, scores, fired, top, sims, score_query(facts, text or query))
 
 
