@@ -241,3 +241,13 @@ def test_oversized_input_names_the_limit(tmp_path, monkeypatch):
 def test_every_cue_names_a_known_category():
     known = set(categories())
     assert {c.category for c in cues()} <= known
+
+
+def test_the_added_categories_table_names_each_key_once():
+    # categories() keeps the first row of a key, so a second row would be silently ignored.
+    import re
+
+    from kb.taxonomy import EXTRA_FILE
+
+    keys = re.findall(r"^\|\s*`([a-z0-9-]+)`", EXTRA_FILE.read_text(encoding="utf-8"), re.MULTILINE)
+    assert keys and len(keys) == len(set(keys))
