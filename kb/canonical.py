@@ -501,7 +501,8 @@ ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
         # Attention rows with no key left to attend to (padding) give NaN in softmax / SDPA.
         ("masked_row_nan", (r"(?:fully|entirely|completely)[- ]masked (?:rows?|quer(?:y|ies))|"
                            r"rows? (?:is |are )?(?:fully|completely|entirely) masked|all[- ]masked rows?"), True),
-        ("cuda_oom", r"CUDA out of memory|OutOfMemoryError|out of memory|显存不足|OOM\b", False),
+        # "OOM" as a word: bloom-560m and BLOOM are models, not out-of-memory reports.
+        ("cuda_oom", r"CUDA out of memory|OutOfMemoryError|out of memory|显存不足|(?<![A-Za-z])OOM\b", False),
         ("import_error", r"ModuleNotFoundError|ImportError|No module named|cannot import name", False),
         ("pip_error", (r"Could not find a version that satisfies|ResolutionImpossible|Failed building wheel|"
                       r"subprocess-exited-with-error|pip install.{0,40}(?:fail|error)|dependency conflicts"), False),

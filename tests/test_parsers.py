@@ -72,6 +72,13 @@ def test_known_error_strings(text, err):
     assert f.evidence_for("errors", err).line == 1
 
 
+def test_out_of_memory_is_a_word_not_the_end_of_bloom():
+    assert "cuda_oom" in extract_facts("step 40: OOM, reduced the batch size").value("errors")
+    assert "cuda_oom" in extract_facts("训练时 oom 了").value("errors")
+    for text in ("reward model on bloom-560m gives NaN loss", "训练 BLOOM 时 loss 不降", "no room for the response"):
+        assert "cuda_oom" not in (extract_facts(text).value("errors") or [])
+
+
 def test_a_lone_nan_metric_is_read_and_a_lone_setting_or_an_infinite_limit_is_not():
     f = values("training went wrong after step 3\ngrad_norm=nan\n'loss': inf,")
     assert set(f["nan_metrics"]) == {"grad_norm", "loss"} and "nan" in f["symptom"] and "inf" in f["symptom"]
