@@ -107,8 +107,12 @@ def test_a_huge_loss_said_in_words_is_a_symptom():
     assert values("loss 突然变成 1e5")["symptom"] == ["huge"]
     assert values("reward model lora loss 1.19e+34 grad_norm nan")["huge_metrics"] == ["loss"]
     assert values("grad_norm reached 250000")["huge_metrics"] == ["grad_norm"]
+    # a plain training loss in the hundreds is far above ln(vocabulary size): a symptom as well
+    assert values("微调 MiniCPM 时首步 loss 高达 500 多")["huge_metrics"] == ["loss"]
+    assert values("the training loss starts at 800 and never drops")["symptom"] == ["huge"]
     for calm in ("the loss of 10000 samples", "max_grad_norm 100000", "loss at step 12000 is 2.1",
-                 "we trained for 20000 steps and the loss is 2.1", "loss 从约 3000 开始下降"):
+                 "we trained for 20000 steps and the loss is 2.1", "loss 从约 3000 开始下降",
+                 "value loss is 300", "loss of 100 steps", "loss 2.3 at step 500", "loss: 120 tokens"):
         assert "huge_metrics" not in values(calm), calm
 
 

@@ -118,6 +118,15 @@ _PROSE_HUGE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")(?P<gap
                          r"(?P<v>\d{5,}(?:\.\d+)?|\d+(?:\.\d+)?e\+?\d{1,3})(?![\w.])"
                          r"(?!\s*(?:samples?|steps?|tokens?|examples?|iter\w*|epochs?|rows|lines|条|步|个|次|轮))",
                          re.IGNORECASE)
+# "首步 loss 高达 500 多", "the training loss starts at 800": a token-averaged training loss
+# sits near ln(vocabulary size) (about 12) at worst, so one said in words to be in the hundreds or thousands is a
+# symptom too. Only the plain training loss: a value loss or a summed loss can be that large and healthy. "loss 从
+# 3000 开始下降" is left alone: 从 … 开始 more often names the step it started at.
+_PROSE_HIGH_LOSS = re.compile(r"(?<![A-Za-z0-9_/])(?<!value )(?<!critic )(?<!vf )(?<!aux )(?<!sum )(?:(?:train(?:ing)?[_ ])?loss|损失)(?P<gap>\s{0,3}(?:(?:is|was|"
+                              r"of|at|starts? at|started at|around|about|over|above|as high as|reach(?:es|ed)?|"
+                              r"=|:|：|就是|就|约|高达|达到|超过|到了?|是|为|变成)\s{0,3}){1,4})"
+                              r"(?P<v>[1-9]\d{2,3}(?:\.\d+)?)(?![\w.%])(?!\s*(?:samples?|steps?|tokens?|examples?|"
+                              r"iter\w*|epochs?|rows|lines|px|条|步|个|次|轮|张|样本))", re.IGNORECASE)
 _SYMPTOM = (
     (re.compile(r"(?<![A-Za-z0-9_])(?:nan|NaN|NANs?|NaNs|Nan)(?![A-Za-z0-9_])"), "nan"),
     (re.compile(r"(?<![A-Za-z0-9_])(?:inf|Inf|infinity)(?![A-Za-z0-9_])|无穷"), "inf"),
@@ -287,6 +296,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             _SP, _ZERO, _COLLAPSE, _SHIFT_ATTN, _KL_K3, _LENGTH_NORM, _LORA, _PROSE_METRIC, _TRAJECTORY,
             _PROSE_METRIC_REV, _LR_FIX, _LOSS_TYPE, _KTO_WORDS, _LIGHTNING, _PROSE_SPIKE, _PROSE_LR, _VERSION_WORDS,
             _PROSE_HUGE, _FROM_START))
+    high_loss = hay.gate(_PROSE_HIGH_LOSS)
     attn = [(rx, impl) for rx, impl in _ATTN if hay.may(rx)]
     symptoms = [(rx, sym) for rx, sym in _SYMPTOM if hay.may(rx)]
     for n, s in lines:
@@ -344,6 +354,10 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             name = m.group("m").strip("/").lower()
             if (is_loss_like(name) or is_grad_norm(name)) and not is_limit_name(name) and float(m.group("v")) > HUGE_VALUE:
                 facts.add("huge_metrics", name, "text", n, s, source)
+                facts.add("symptom", "huge", "text", n, s, source)
+        for m in high_loss.finditer(s):
+            if 100 <= float(m.group("v")) <= HUGE_VALUE:
+                facts.add("huge_metrics", "loss", "text", n, s, source)
                 facts.add("symptom", "huge", "text", n, s, source)
         for m in metric_rev.finditer(s):
             _prose_metric(facts, m.group("m"), m.group("v"), n, s, source, m.start("m"))
