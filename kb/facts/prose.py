@@ -122,8 +122,9 @@ _PROSE_HUGE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")(?P<gap
 # sits near ln(vocabulary size) (about 12) at worst, so one said in words to be in the hundreds or thousands is a
 # symptom too. Only the plain training loss: a value loss or a summed loss can be that large and healthy. "loss 从
 # 3000 开始下降" is left alone: 从 … 开始 more often names the step it started at.
-_PROSE_HIGH_LOSS = re.compile(r"(?<![A-Za-z0-9_/])(?<!value )(?<!critic )(?<!vf )(?<!aux )(?<!sum )(?:(?:train(?:ing)?[_ ])?loss|损失)(?P<gap>\s{0,3}(?:(?:is|was|"
-                              r"of|at|starts? at|started at|around|about|over|above|as high as|reach(?:es|ed)?|"
+_PROSE_HIGH_LOSS = re.compile(r"(?<![A-Za-z0-9_/])(?<!value )(?<!critic )(?<!vf )(?<!aux )(?<!sum )"
+                              r"(?:(?:train(?:ing)?[_ ])?loss|损失)(?P<gap>\s{0,3}(?:(?:is|was|of|at|starts? at|"
+                              r"started at|around|about|over|above|as high as|reach(?:es|ed)?|"
                               r"=|:|：|就是|就|约|高达|达到|超过|到了?|是|为|变成)\s{0,3}){1,4})"
                               r"(?P<v>[1-9]\d{2,3}(?:\.\d+)?)(?![\w.%])(?!\s*(?:samples?|steps?|tokens?|examples?|"
                               r"iter\w*|epochs?|rows|lines|px|条|步|个|次|轮|张|样本))", re.IGNORECASE)
