@@ -142,6 +142,9 @@ def real_kb(repo_root, tmp_path_factory) -> KnowledgeBase:
     ("用长指令数据微调，指令太长，cutoff_len 1024，loss 为 nan", "all-labels-masked"),
     ("swift GRPO 训练，日志里 loss 和 grad_norm 一直为 0", "grpo-group-std-degenerate"),
     ("LLaMA2-7B 全参微调，loss 陡增后变为 nan", "lr-too-high"),
+    ("GRPO with normalize_rewards on and 0/1 rewards: normalized advantages of -1,000,000 and +1,000,000",
+     "grpo-group-std-degenerate"),
+    ("DeepSpeed-Chat step 2 reward model on bloom-560m: loss nan. --num_padding_at_beginning 1", "padding-side-mismatch"),
 ])
 def test_category_cues_read_on_a_paste_name_the_taxonomy_signal(text, category):
     from kb.cues import score_query
@@ -165,6 +168,9 @@ def test_category_cues_keep_their_conditions_on_a_paste():
     text = "long prompts in a multi-turn chat dataset, loss nan after 200 steps"
     assert "all-labels-masked" not in score_query(extract_facts(text), text)
     text = "GRPO loss 0 and grad_norm 0, then grad_norm nan"
+    assert "grpo-group-std-degenerate" not in score_query(extract_facts(text), text)
+    # Normalised advantages of a healthy size are no sign of a degenerate group std.
+    text = "GRPO, normalize_rewards: true; advantages mean 0.01, std 1.0, max 2.3; loss nan at step 40"
     assert "grpo-group-std-degenerate" not in score_query(extract_facts(text), text)
 
 

@@ -147,8 +147,8 @@ _SYMPTOM = (
                 r" (?:abnormally|steadily|without bound))|abnormally (?:high|large) (?:loss|grad(?:ient)?[_ ]norm)",
                 re.IGNORECASE), "collapse"),
 )
-# "No errors, no nan", "without any inf", "没有出现 nan": the symptom word is said to be absent.
-_SAID_ABSENT = re.compile(r"(?:\bno|\bnot|\bwithout|\bnever|\bzero|没有|没|无|未|不)\s*(?:(?:any|a)\s+|(?:出现|发现|见到|遇到)\s*)?$",
+# "No errors, no nan", "without any inf", "没有出现 nan", "未报 nan": the symptom word is said to be absent.
+_SAID_ABSENT = re.compile(r"(?:\bno|\bnot|\bwithout|\bnever|\bzero|没有|没|无|未|不)\s*(?:(?:any|a)\s+|(?:出现|发现|见到|遇到|报告?|提到)\s*|(?:reported|mentioned|seen)\s+)?$",
                           re.IGNORECASE)
 # Only the training frameworks name the tool; DeepSpeed / transformers / torch appear in nearly every paste.
 _FW_ORDER = ["ms-swift", "OpenRLHF", "LLaMA-Factory", "verl", "xtuner", "trl", "unsloth", "DeepSpeed-Chat",
