@@ -114,6 +114,12 @@ def test_a_huge_loss_said_in_words_is_a_symptom():
                  "we trained for 20000 steps and the loss is 2.1", "loss 从约 3000 开始下降",
                  "value loss is 300", "loss of 100 steps", "loss 2.3 at step 500", "loss: 120 tokens"):
         assert "huge_metrics" not in values(calm), calm
+    # group-normalised advantages are z-scores: one in the hundreds means a group std near zero
+    assert values("normalized advantages of -1,000,000 and +1,000,000")["huge_metrics"] == ["advantages"]
+    assert values("the odd sample's advantage spikes to about -2075")["symptom"] == ["huge"]
+    for calm in ("advantages mean 0.01 std 1.0 max 2.3", "advantage of 1000 samples",
+                 "the advantages were computed over 512 prompts", "the advantage is not 1000"):
+        assert "huge_metrics" not in values(calm), calm
 
 
 def test_a_model_held_in_half_precision_is_its_weights_dtype():

@@ -128,6 +128,13 @@ _PROSE_HIGH_LOSS = re.compile(r"(?<![A-Za-z0-9_/])(?<!value )(?<!critic )(?<!vf 
                               r"=|:|：|就是|就|约|高达|达到|超过|到了?|是|为|变成)\s{0,3}){1,4})"
                               r"(?P<v>[1-9]\d{2,3}(?:\.\d+)?)(?![\w.%])(?!\s*(?:samples?|steps?|tokens?|examples?|"
                               r"iter\w*|epochs?|rows|lines|px|条|步|个|次|轮|张|样本))", re.IGNORECASE)
+# "normalized advantages of -1,000,000 and +1,000,000", "the odd sample's advantage spikes to about -2000":
+# group-normalised advantages are z-scores (a few units at most), so one said to be in the hundreds or beyond means
+# a group std near zero. Counts ("advantage of 1000 samples") are not values.
+_PROSE_ADVANTAGE = re.compile(r"(?<![A-Za-z0-9_/])(?:normali[sz]ed\s+)?advantages?(?P<gap>[^.。;；\n\d]{0,40}?)"
+                              r"(?P<v>[-+±−]?\s?(?:\d{1,3}(?:,\d{3})+|\d{3,}|\d+(?:\.\d+)?e\+?\d{1,3})(?:\.\d+)?)"
+                              r"(?![\w.%])(?!\s*(?:samples?|steps?|tokens?|examples?|prompts?|groups?|iter\w*|epochs?|"
+                              r"rows|条|步|个|次|轮))", re.IGNORECASE)
 _SYMPTOM = (
     (re.compile(r"(?<![A-Za-z0-9_])(?:nan|NaN|NANs?|NaNs|Nan)(?![A-Za-z0-9_])"), "nan"),
     (re.compile(r"(?<![A-Za-z0-9_])(?:inf|Inf|infinity)(?![A-Za-z0-9_])|无穷"), "inf"),
@@ -298,6 +305,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             _PROSE_METRIC_REV, _LR_FIX, _LOSS_TYPE, _KTO_WORDS, _LIGHTNING, _PROSE_SPIKE, _PROSE_LR, _VERSION_WORDS,
             _PROSE_HUGE, _FROM_START))
     high_loss = hay.gate(_PROSE_HIGH_LOSS)
+    advantage = hay.gate(_PROSE_ADVANTAGE)
     attn = [(rx, impl) for rx, impl in _ATTN if hay.may(rx)]
     symptoms = [(rx, sym) for rx, sym in _SYMPTOM if hay.may(rx)]
     for n, s in lines:
@@ -355,6 +363,10 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             name = m.group("m").strip("/").lower()
             if (is_loss_like(name) or is_grad_norm(name)) and not is_limit_name(name) and float(m.group("v")) > HUGE_VALUE:
                 facts.add("huge_metrics", name, "text", n, s, source)
+                facts.add("symptom", "huge", "text", n, s, source)
+        for m in advantage.finditer(s):
+            if abs(float(re.sub(r"[\s,±+−-]", "", m.group("v")))) >= 100 and not _NEGATED.search(m.group("gap")):
+                facts.add("huge_metrics", "advantages", "text", n, s, source)
                 facts.add("symptom", "huge", "text", n, s, source)
         for m in high_loss.finditer(s):
             if 100 <= float(m.group("v")) <= HUGE_VALUE:
