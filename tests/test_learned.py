@@ -227,6 +227,29 @@ def test_the_rules_lead_only_when_they_are_the_more_confident(rules, probs, firs
     assert labels[learned.ranked(view, np.array(probs), labels, "loss nan")[0]] == first
 
 
+def test_a_mechanism_the_reports_algorithm_rules_out_neither_leads_nor_scores():
+    from kb.facts import Facts
+
+    facts = Facts()
+    facts.set("algorithm", "ORPO", "text", 1, "TRL ORPO training blows up")
+    facts.set("nan_metrics", ["loss"], "text", 1, "one logged loss was NaN")
+    assert learned.algorithm_mismatch("kto-unbalanced-batch", facts)
+    assert not learned.algorithm_mismatch("log-odds-cancellation", facts)
+    assert not learned.algorithm_mismatch("framework-bug", facts)  # no algorithm of its own
+    assert not learned.algorithm_mismatch("kto-unbalanced-batch", Facts())  # an unknown algorithm rules nothing out
+    # A confident rule for KTO's mechanism does not lead an ORPO report; the ranker's order stands.
+    labels = ["framework-bug", "kto-unbalanced-batch", "log-odds-cancellation", OUT_OF_SCOPE]
+    view = learned.QueryView(facts=facts, category_scores={"kto-unbalanced-batch": 0.7}, fired=set(),
+                             engine_top="kto-unbalanced-batch", sims=np.zeros(0))
+    probs = np.array([0.40, 0.05, 0.35, 0.20])
+    assert labels[learned.ranked(view, probs, labels, "ORPO loss nan")[0]] == "framework-bug"
+    # The feature the ranker weighs marks the impossible label only.
+    nbrs: list[int] = []
+    on = {lab: learned.features(view, lab, nbrs, [], {}, "ORPO loss nan")[learned.FEATURES.index("algo_mismatch")]
+          for lab in labels}
+    assert on == {"framework-bug": 0.0, "kto-unbalanced-batch": 1.0, "log-odds-cancellation": 0.0, OUT_OF_SCOPE: 0.0}
+
+
 @pytest.mark.parametrize(("text", "inference"), [
     ("Qwen2-7B with float16 generate() outputs only exclamation marks", True),
     ("vLLM 部署后调用，返回结果是一串感叹号", True),

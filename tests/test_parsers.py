@@ -102,6 +102,15 @@ def test_a_dtype_the_gpu_cannot_use_is_not_the_runs_precision():
     assert values("my T4 doesn't support bf16, so training runs in fp16")["precision"] == "fp16"
 
 
+def test_the_model_a_run_starts_from_is_not_its_algorithm():
+    # "SFT 过的 / the SFT model / after SFT" says where the checkpoint came from; the run is the RL or preference one
+    assert "algorithm" not in values("ms-swift 用 SAPO 训练 SFT 过的 Qwen3.5-4B，loss 一直是 0")
+    assert values("用 SFT 后的模型做 PPO，kl 变成 nan")["algorithm"] == "PPO"
+    assert values("after SFT, the DPO loss is nan")["algorithm"] == "DPO"
+    for sft in ("swift sft --model qwen2-7b, loss nan", "SFTTrainer loss 0", "SFT 训练 loss 为 0"):
+        assert values(sft)["algorithm"] == "SFT", sft
+
+
 def test_a_huge_loss_said_in_words_is_a_symptom():
     assert values("the loss jumped to 153318 at step 40")["huge_metrics"] == ["loss"]
     assert values("loss 突然变成 1e5")["symptom"] == ["huge"]

@@ -39,7 +39,7 @@ NEIGHBOURS = 8
 UNSURE_BELOW = 0.35
 FEATURES = ("engine", "engine_top", "fired", "knn", "nn1", "prior",
             "oos_bias", "oos_no_symptom", "oos_error", "oos_symptom", "oos_knn", "oos_inference",
-            "fw_bias", "fw_versions", "fw_no_rule", "fw_release_words", "text", "oos_text", "cue")
+            "fw_bias", "fw_versions", "fw_no_rule", "fw_release_words", "text", "oos_text", "cue", "algo_mismatch")
 # Words of a report about generation or serving, not training (an out-of-scope signal when no metric went bad).
 _INFERENCE_WORDS = re.compile(r"inference|推理|generat\w*|生成|cli_demo|deploy\w*|部署|serving|vllm serve|乱码|gibberish|"
                               r"repeat\w*|复读", re.IGNORECASE)
@@ -66,6 +66,20 @@ OUT_OF_SCOPE_ABOVE = 0.5
 _RELEASE_WORDS = re.compile(r"upgrad\w*|updat\w*|new (?:version|release)|regression|after (?:bumping|updating)|"
                             r"\bv?\d+\.\d+(?:\.\d+)?\b.{0,20}(?:break|broke|introduc)|版本|升级|更新后|回退|降级",
                             re.IGNORECASE)
+# Mechanisms that exist only under some training algorithms: KTO's unbalanced batches, ORPO's log-odds, the group
+# std of GRPO-style advantages, an RL run's KL estimator and reward function, the length normalisation of a
+# preference loss. A report whose algorithm is known and is none of these cannot have that cause, whatever its
+# words resemble (an ORPO NaN is no KTO batch problem). RM is allowed with the RL mechanisms: an RL report often
+# names its reward model before its algorithm.
+_RL = frozenset({"GRPO", "PPO", "RM"})
+CATEGORY_ALGORITHMS: dict[str, frozenset[str]] = {
+    "kto-unbalanced-batch": frozenset({"KTO"}),
+    "log-odds-cancellation": frozenset({"ORPO"}),
+    "grpo-group-std-degenerate": _RL,
+    "kl-estimator-overflow": _RL,
+    "nan-reward-propagation": _RL,
+    "empty-response-length-normalization": frozenset({"DPO", "SimPO", "IPO", "ORPO", "CPO", "KTO"}),
+}
 _VERSION_FACTS = ("torch_version", "transformers_version", "trl_version", "deepspeed_version", "framework_version",
                   "flash_attn_version", "vllm_version", "peft_version", "version_evidence")
 
@@ -241,8 +255,16 @@ def features(view: QueryView, label: str, nbrs: list[int], labels: Sequence[str]
         "text": 0.0 if oos or text_scores is None else text_scores[1].get(label, 0.0),
         "oos_text": text_scores[0] if oos and text_scores is not None else 0.0,
         "cue": math.log1p(view.cues.get(label, 0.0)),
+        "algo_mismatch": 1.0 if algorithm_mismatch(label, view.facts) else 0.0,
     }
     return np.array([f[k] for k in FEATURES], dtype=np.float64)
+
+
+def algorithm_mismatch(label: str, facts: Facts) -> bool:
+    """The report's algorithm is known and the label's mechanism cannot occur under it (CATEGORY_ALGORITHMS)."""
+    allowed = CATEGORY_ALGORITHMS.get(label)
+    algo = facts.value("algorithm")
+    return bool(allowed and algo and str(algo) not in allowed)
 
 
 def versions_told(facts: Facts, text: str) -> bool:
@@ -584,7 +606,10 @@ def ranked(view: QueryView, probs: np.ndarray, labels: Sequence[str], text: str 
     # rule must not push a more confident cause down (the list stays ordered by confidence). Against a confident
     # out of scope they still lead: a configuration pasted on its own, with no symptom, is a question about it.
     best_in = max((float(probs[j]) for j in order if labels[j] != OUT_OF_SCOPE), default=0.0)
-    if rules >= best_in and (rules >= RULES_CONFIDENT or (unsure and rules >= RULES_WHEN_UNSURE)):
+    # Nor does a rule lead with a mechanism the report's algorithm rules out (an ORPO report's words can retrieve
+    # the KTO incident first).
+    possible = top is not None and not algorithm_mismatch(top, view.facts)
+    if possible and rules >= best_in and (rules >= RULES_CONFIDENT or (unsure and rules >= RULES_WHEN_UNSURE)):
         i = list(labels).index(top)
         order = [i, *[j for j in order if j != i]]
     return order

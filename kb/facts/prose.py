@@ -180,6 +180,11 @@ def _alias_regex(alias: str) -> re.Pattern[str]:
 _ALGO_RX = [(name, _alias_regex(a)) for name, aliases in ALGORITHMS.items()
             for a in (name.lower(), *aliases) if a not in _ALGO_AMBIGUOUS]
 _ALGO_RX.append(("RM", re.compile(r"reward[ _-]?model(?:ing|ling)?|奖励模型|\bRM\b")))
+# "GRPO on the SFT'd model", "用 SAPO 训练 SFT 过的 Qwen", "after SFT": where the model came from, not the run's
+# algorithm (an RL run whose report names its starting checkpoint first would read as supervised training).
+_SFT_PROVENANCE = r"(?<!after )(?<!经过)(?!\w*\s*(?:过|后的?|之后|权重|模型|checkpoint|ckpt|weights|model\b|'d|-ed\b|ed\b))"
+_ALGO_RX = [(name, re.compile(_SFT_PROVENANCE + rx.pattern, rx.flags)) if name == "SFT" else (name, rx)
+            for name, rx in _ALGO_RX]
 _FW_RX = [(name, _alias_regex(a)) for name in _FW_ORDER for a in (name.lower(), *FRAMEWORKS.get(name, ()))
           if a not in _FW_AMBIGUOUS or name in ("DeepSpeed", "transformers")]
 # A lowercase word every match of a name regex contains (None: no cheap pre-test).
