@@ -168,7 +168,8 @@ def test_similar_reports_header_counts_only_reports_with_the_answers_cause(env, 
     # (Which paste lands in which branch depends on the fitted ranker; the last assert checks both are covered.)
     pastes = ["Qwen2 SFT loss nan at step 300", "swift GRPO 训练 Qwen2.5-7B，自定义奖励函数，日志里 loss 和 grad_norm 一直为 0",
               "SFT: evaluation loss is nan while the training loss is fine, max_length 512",
-              "learning rate 1e-3 loss spikes then nan"]
+              "learning rate 1e-3 loss spikes then nan", "learning_rate: 1e-3\nloss nan",
+              "grad_norm nan at step 1, loss 0.0 after, Qwen2.5-7B reward model with score head in fp16"]
     counts = []
     for paste in pastes:
         res = lib.diagnose(text=paste)
