@@ -134,6 +134,9 @@ def test_a_huge_loss_said_in_words_is_a_symptom():
 def test_a_model_held_in_half_precision_is_its_weights_dtype():
     assert values("Qwen1.5-7B-Chat (model run in float16), loss nan from the second step")["weights_dtype"] == "fp16"
     assert values("the model is kept in fp16 and trained with AdamW")["weights_dtype"] == "fp16"
+    assert values("after loading the checkpoint weights as float16, the loss became NaN")["weights_dtype"] == "fp16"
+    assert values("fine-tuning Gemma-7B-it with the weights loaded in fp16 gives NaN loss")["weights_dtype"] == "fp16"
+    assert "weights_dtype" not in values("loading the model in fp16 for inference is fine; training runs in bf16")
     assert "weights_dtype" not in values("the model trains in bf16 and the loss is nan at step 40")
     # "trained in fp16" is how people say mixed precision: the compute dtype, not where the weights live
     assert "weights_dtype" not in values("the model was trained in fp16 and the loss went nan")

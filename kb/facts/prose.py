@@ -30,8 +30,9 @@ _GOOD = re.compile(r"\b(?:correct|works?|worked|working|fine|ok|okay|normal|solv
 _INFERENCE = re.compile(r"inference|推理|generat(?:e|ion) only", re.IGNORECASE)
 _MODEL_HALF = re.compile(r"model\s+(?:(?:is|was|being)\s+)?(?:(?:run|held|kept|stored)\s+)?(?:in|to|with|as)\s+"
                          r"(?:fp16|float16|half)|(?:fp16|float16|half)[- ](?:precision )?"
-                         r"(?:model|weights)|(?:load\w*|cast\w*)\s+(?:the )?(?:model|weights)\s+(?:in|to|as)\s+"
-                         r"(?:fp16|float16|half)|模型.{0,6}(?:fp16|半精度|float16)|\.half\(\)", re.IGNORECASE)
+                         r"(?:model|weights)|(?:load\w*|cast\w*)\s+(?:the )?(?:\w+\s+)?(?:model|weights|checkpoint)\s+(?:weights\s+)?"
+                         r"(?:in|to|as)\s+(?:fp16|float16|half)|(?:model|weights)\s+(?:(?:were|was|are|is)\s+)?(?:loaded|cast)"
+                         r"\s+(?:in|to|as)\s+(?:fp16|float16|half)|模型.{0,6}(?:fp16|半精度|float16)|\.half\(\)", re.IGNORECASE)
 _SETTING_AFTER = re.compile(r"[\"']?\s*[:=]")
 _SETTING_BEFORE = re.compile(r"(?:--|[=.\"'])$")
 _CLAUSE = re.compile(r"[^.。;；!?！？\n]+(?:[.。;；!?！？]|$)")
@@ -233,7 +234,8 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                 elif not good or d == "fp16":
                     facts.set("precision", d, "text", n, clause, source)
             m = _MODEL_HALF.search(clause)
-            if m and not FIX_CUE.search(clause[max(0, m.start() - 40): m.start()]):
+            # "loading the model in fp16 for inference is fine": the weights of a generation run, not the trained ones
+            if m and not FIX_CUE.search(clause[max(0, m.start() - 40): m.start()]) and not _INFERENCE.search(clause):
                 facts.set("weights_dtype", "fp16", "text", n, clause, source)
 
 
