@@ -250,6 +250,22 @@ def test_a_mechanism_the_reports_algorithm_rules_out_neither_leads_nor_scores():
     assert on == {"framework-bug": 0.0, "kto-unbalanced-batch": 1.0, "log-odds-cancellation": 0.0, OUT_OF_SCOPE: 0.0}
 
 
+@pytest.mark.parametrize(("text", "release"), [
+    ("loss nan after upgrading transformers to 4.46", True),
+    ("loading the older revision refs/pr/23 of the model repo made training work again", True),
+    ("rolled back to deepspeed 0.12.6 and the grad_norm is finite", True),
+    ("升级 peft 之后 loss 变成 0", True),
+    ("loss nan at step 300 with lr 2e-5", False),
+    ("the previous step had a finite loss", False),
+])
+def test_a_release_said_to_matter_counts_for_the_framework_defect_route(text, release):
+    from kb.facts import Facts
+
+    view = learned.QueryView(facts=Facts(), category_scores={}, fired=set(), engine_top=None, sims=np.zeros(0))
+    row = learned.features(view, learned.FRAMEWORK_BUG, [], [], {}, text)
+    assert row[learned.FEATURES.index("fw_release_words")] == (1.0 if release else 0.0)
+
+
 @pytest.mark.parametrize(("text", "inference"), [
     ("Qwen2-7B with float16 generate() outputs only exclamation marks", True),
     ("vLLM 部署后调用，返回结果是一串感叹号", True),

@@ -64,6 +64,8 @@ RULES_WHEN_UNSURE = 0.25
 # Above this probability the report is out of scope: all in-scope labels together are less likely.
 OUT_OF_SCOPE_ABOVE = 0.5
 _RELEASE_WORDS = re.compile(r"upgrad\w*|updat\w*|new (?:version|release)|regression|after (?:bumping|updating)|"
+                            r"downgrad\w*|roll(?:ed|ing)? ?back|revert\w*|(?:older|earlier|previous) (?:version|release|"
+                            r"revision|commit)|"
                             r"\bv?\d+\.\d+(?:\.\d+)?\b.{0,20}(?:break|broke|introduc)|版本|升级|更新后|回退|降级",
                             re.IGNORECASE)
 # Mechanisms that exist only under some training algorithms: KTO's unbalanced batches, ORPO's log-odds, the group
