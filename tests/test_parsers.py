@@ -195,6 +195,13 @@ def test_a_loss_that_climbs_instead_of_falling_is_a_divergence():
                  "the logged gradient norm rose abnormally with ZeRO-0", "the loss keeps growing after step 1000"):
         assert "collapse" in values(text).get("symptom", []), text
     assert "symptom" not in values("the eval accuracy keeps growing")
+    # said only in numbers: the loss climbs back to three times the low it had reached
+    for text in ("the loss first fell from 4.31 to 1.44 by step 20, then rose to 7.08, 15.06 and 16.02",
+                 "loss falls to ~0.8 then climbs to ~6.2 and oscillates", "loss 降到 0.8 后又升到 6"):
+        assert values(text)["symptom"] == ["collapse"], text
+    for calm in ("loss dropped to 1.2 then rose to 1.5", "loss fell to 0.5 at step 100 and the lr increased to 3e-4",
+                 "loss fell to 0.5 and the grad norm increased to 30", "loss fell to 1.0 at step 100, we increased to 1000 steps"):
+        assert "symptom" not in values(calm), calm
     # A symptom said to be absent is not a symptom.
     assert "symptom" not in values("loss flat at 1.4 after 300 steps. No errors, no nan. Is this expected?")
     assert "symptom" not in values("没有出现 nan，loss 不下降")

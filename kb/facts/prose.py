@@ -155,6 +155,32 @@ _SYMPTOM = (
                 r" (?:abnormally|steadily|without bound))|abnormally (?:high|large) (?:loss|grad(?:ient)?[_ ]norm)",
                 re.IGNORECASE), "collapse"),
 )
+# "the loss fell from 4.31 to 1.44, then rose to 7.08, 15.06 and 16.02", "loss 降到 0.8 后又升到 6": a loss said in
+# numbers to climb back to three times the low it had reached (and to at least 2) has diverged, though no word says so.
+_NUM = r"(\d+(?:\.\d+)?)(?!\d|\.\d|e[-+]?\d)"
+_PROSE_FELL = re.compile(r"(?:fell|falls|dropp?(?:ed|s)?|decreas\w*|went down|goes down|降到|降至|下降到|下降至|减小到|跌到)\s*"
+                         r"(?:from\s+\S+\s+)?(?:to\s+|到\s*|至\s*)?(?:about |around |~|约)?" + _NUM, re.IGNORECASE)
+_PROSE_ROSE = re.compile(r"(?:rose|rises|climb\w*|increas\w*|jump\w*|went up|goes up|shot up|spik\w*|升到|涨到|上升到|升高到|"
+                         r"回升到|增大到|飙升到|升至|涨至)\s*(?:back\s+)?(?:again\s+)?(?:to\s+|到\s*|至\s*)?(?:about |around |~|约)?"
+                         + _NUM + r"(?!\s*(?:k\b|steps?|samples?|tokens?|examples?|epochs?|iter\w*|%|步|条|个|轮))", re.IGNORECASE)
+_OTHER_METRIC = re.compile(r"\blr\b|learning[ _]rate|学习率|grad|norm|\bkl\b|reward|acc|entropy|length|batch|梯度|奖励",
+                           re.IGNORECASE)
+_SENTENCES = re.compile(r"[。；;!?！？\n]|(?<!\d)\.(?!\d)")
+
+
+def _climbs_back(line: str) -> bool:
+    for sent in _SENTENCES.split(line):
+        if not re.search(r"loss|损失", sent, re.IGNORECASE):
+            continue
+        low = _PROSE_FELL.search(sent)
+        high = _PROSE_ROSE.search(sent, low.end()) if low else None
+        if high and _OTHER_METRIC.search(sent, low.end(), high.start()):
+            continue  # "loss fell to 0.5 and the lr increased to 3": another metric rose
+        if high and float(high.group(1)) >= max(2.0, 3 * float(low.group(1))):
+            return True
+    return False
+
+
 # "No errors, no nan", "without any inf", "没有出现 nan", "未报 nan": the symptom word is said to be absent.
 _SAID_ABSENT = re.compile(r"(?:\bno|\bnot|\bwithout|\bnever|\bzero|没有|没|无|未|不)\s*(?:(?:any|a)\s+|(?:出现|发现|见到|遇到|报告?|提到)\s*|(?:reported|mentioned|seen)\s+)?$",
                           re.IGNORECASE)
@@ -396,6 +422,8 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         for rx, sym in symptoms:
             if any(not _SAID_ABSENT.search(s[max(0, m.start() - 16):m.start()]) for m in rx.finditer(s)):
                 facts.add("symptom", sym, "text", n, s, source)
+        if "collapse" not in facts.value("symptom", []) and _climbs_back(s):
+            facts.add("symptom", "collapse", "text", n, s, source)
         if "version_evidence" not in facts and version_words.search(s):
             ev = _version_evidence(s)
             if ev:
