@@ -107,7 +107,7 @@ def test_the_model_a_run_starts_from_is_not_its_algorithm():
     assert "algorithm" not in values("ms-swift 用 SAPO 训练 SFT 过的 Qwen3.5-4B，loss 一直是 0")
     assert values("用 SFT 后的模型做 PPO，kl 变成 nan")["algorithm"] == "PPO"
     assert values("after SFT, the DPO loss is nan")["algorithm"] == "DPO"
-    for sft in ("swift sft --model qwen2-7b, loss nan", "SFTTrainer loss 0", "SFT 训练 loss 为 0"):
+    for sft in ("swift sft --model qwen2-7b, loss nan", "SFTTrainer loss 0", "SFT 训练 loss 为 0", "SFT 过程中 loss 为 nan"):
         assert values(sft)["algorithm"] == "SFT", sft
 
 
