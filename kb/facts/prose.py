@@ -209,9 +209,11 @@ _ALGO_RX = [(name, _alias_regex(a)) for name, aliases in ALGORITHMS.items()
 _ALGO_RX.append(("RM", re.compile(r"reward[ _-]?model(?:ing|ling)?|奖励模型|\bRM\b")))
 # "GRPO on the SFT'd model", "用 SAPO 训练 SFT 过的 Qwen", "after SFT": where the model came from, not the run's
 # algorithm (an RL run whose report names its starting checkpoint first would read as supervised training).
-_SFT_PROVENANCE = r"(?<!after )(?<!经过)(?!\w*\s*(?:过(?!程)|后的?|之后|权重|模型|checkpoint|ckpt|weights|model\b|'d|-ed\b|ed\b))"
-_ALGO_RX = [(name, re.compile(_SFT_PROVENANCE + rx.pattern, rx.flags)) if name == "SFT" else (name, rx)
-            for name, rx in _ALGO_RX]
+# The lookahead follows the name, so it runs only where the name matched (before it, it would scan the rest of the
+# word at every position of a paste: quadratic on a long line).
+_SFT_PROVENANCE = r"(?!\w*\s*(?:过(?!程)|后的?|之后|权重|模型|checkpoint|ckpt|weights|model\b|'d|-ed\b|ed\b))"
+_ALGO_RX = [(name, re.compile(r"(?<!after )(?<!经过)(?:" + rx.pattern + ")" + _SFT_PROVENANCE, rx.flags))
+            if name == "SFT" else (name, rx) for name, rx in _ALGO_RX]
 _FW_RX = [(name, _alias_regex(a)) for name in _FW_ORDER for a in (name.lower(), *FRAMEWORKS.get(name, ()))
           if a not in _FW_AMBIGUOUS or name in ("DeepSpeed", "transformers")]
 # A lowercase word every match of a name regex contains (None: no cheap pre-test).
