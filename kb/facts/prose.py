@@ -165,11 +165,10 @@ _PROSE_ROSE = re.compile(r"(?:rose|rises|climb\w*|increas\w*|jump\w*|went up|goe
                          + _NUM + r"(?!\s*(?:k\b|steps?|samples?|tokens?|examples?|epochs?|iter\w*|%|步|条|个|轮))", re.IGNORECASE)
 _OTHER_METRIC = re.compile(r"\blr\b|learning[ _]rate|学习率|grad|norm|\bkl\b|reward|acc|entropy|length|batch|梯度|奖励",
                            re.IGNORECASE)
-_SENTENCES = re.compile(r"[。；;!?！？\n]|(?<!\d)\.(?!\d)")
 
 
 def _climbs_back(line: str) -> bool:
-    for sent in _SENTENCES.split(line):
+    for sent in _SENTENCE_END.split(line):
         if not re.search(r"loss|损失", sent, re.IGNORECASE):
             continue
         low = _PROSE_FELL.search(sent)
@@ -341,6 +340,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             _PROSE_HUGE, _FROM_START))
     high_loss = hay.gate(_PROSE_HIGH_LOSS)
     advantage = hay.gate(_PROSE_ADVANTAGE)
+    may_climb = hay.may(_PROSE_FELL) and hay.may(_PROSE_ROSE)
     attn = [(rx, impl) for rx, impl in _ATTN if hay.may(rx)]
     symptoms = [(rx, sym) for rx, sym in _SYMPTOM if hay.may(rx)]
     for n, s in lines:
@@ -424,7 +424,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         for rx, sym in symptoms:
             if any(not _SAID_ABSENT.search(s[max(0, m.start() - 16):m.start()]) for m in rx.finditer(s)):
                 facts.add("symptom", sym, "text", n, s, source)
-        if "collapse" not in facts.value("symptom", []) and _climbs_back(s):
+        if may_climb and "collapse" not in facts.value("symptom", []) and _climbs_back(s):
             facts.add("symptom", "collapse", "text", n, s, source)
         if "version_evidence" not in facts and version_words.search(s):
             ev = _version_evidence(s)
