@@ -145,6 +145,8 @@ def real_kb(repo_root, tmp_path_factory) -> KnowledgeBase:
     ("GRPO with normalize_rewards on and 0/1 rewards: normalized advantages of -1,000,000 and +1,000,000",
      "grpo-group-std-degenerate"),
     ("DeepSpeed-Chat step 2 reward model on bloom-560m: loss nan. --num_padding_at_beginning 1", "padding-side-mismatch"),
+    ("Reward model on Llama-3-8B: tokenizer.pad_token = tokenizer.eos_token; chosen and rejected get the same score",
+     "padding-side-mismatch"),
     ("RL example config: group_size 1, reward normalisation by group mean; advantages all 0 and the loss is 0",
      "grpo-group-std-degenerate"),
 ])

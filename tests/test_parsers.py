@@ -209,6 +209,23 @@ def test_a_loss_that_climbs_instead_of_falling_is_a_divergence():
     assert values("the loss is nan after 100 steps, no inf")["symptom"] == ["nan"]
 
 
+def test_a_loss_said_to_be_a_number_starting_with_zero_is_not_a_zero_loss():
+    # "the loss is 0.5" is a loss of one half; "the loss is 0" and "loss becomes zero" are the symptom.
+    for calm in ("the loss is 0.5 after an epoch", "loss becomes 0.69", "loss drops to 0.3 and stays",
+                 "a loss of 0.6931 at step 1 is expected"):
+        assert "zero_loss" not in values(calm).get("symptom", []), calm
+    for text in ("loss is 0 from step 2", "loss becomes zero", "the loss is 0, grad_norm nan"):
+        assert "zero_loss" in values(text)["symptom"], text
+
+
+def test_a_pairwise_loss_that_cannot_separate_the_pair_is_a_collapse():
+    # Chosen and rejected scored alike pin the pairwise loss at ln 2 = 0.693.
+    for text in ("Bradley-Terry reward model gives the same score for chosen and rejected",
+                 "训练 reward model 时 chosen 和 rejected 的分数一样", "RM training loss stuck at 0.693 from the start"):
+        assert values(text)["symptom"] == ["collapse"], text
+    assert "symptom" not in values("the reward model loss started at 0.693 and fell to 0.45")
+
+
 def test_environment_dump():
     f = values("ms-swift=v3.1.0\ndeepspeed==0.14.0\ntorch==2.3.1\nPyTorch version: 2.5.0-rc10\n"
                "flash-attn==2.6.1\nGPU 0: Tesla V100-SXM2-32GB")

@@ -140,7 +140,7 @@ _SYMPTOM = (
     (re.compile(r"(?<![A-Za-z0-9_])(?:nan|NaN|NANs?|NaNs|Nan)(?![A-Za-z0-9_])"), "nan"),
     (re.compile(r"(?<![A-Za-z0-9_])(?:inf|Inf|infinity)(?![A-Za-z0-9_])|无穷"), "inf"),
     (re.compile(r"loss\W{0,3}(?:一直|都|总)?(?:是|为|变为|变成|=|:)?\s*0(?![\d.])|loss (?:is|becomes|became|will be|"
-                r"goes to|drops to|of) (?:0|zero)\b|zero loss|(?:loss|损失)[^。，,;；\n]{0,12}?(?:为|变为|变成|降为|降到|"
+                r"goes to|drops to|of) (?:0(?!\.?\d)|zero\b)|zero loss|(?:loss|损失)[^。，,;；\n]{0,12}?(?:为|变为|变成|降为|降到|"
                 r"掉到|跌到|归零|全是|全为|都是)\s*0(?![\d.])|(?:loss|损失)[^。，,;；\n]{0,6}归零", re.IGNORECASE), "zero_loss"),
     # Numeric overflow only: "显存溢出" / "memory overflow" is an OOM, not a divergence.
     (re.compile(r"(?<!memory )(?<!stack )(?<!buffer )overflow|(?<!显存)(?<!内存)(?<!缓存)溢出", re.IGNORECASE), "overflow"),
@@ -154,6 +154,12 @@ _SYMPTOM = (
                 r"[^.;\n]{0,30}?(?:keeps? (?:growing|rising|increasing|climbing)|(?:rose|rises|grew|grows|climb(?:s|ed)?)"
                 r" (?:abnormally|steadily|without bound))|abnormally (?:high|large) (?:loss|grad(?:ient)?[_ ]norm)",
                 re.IGNORECASE), "collapse"),
+    # A pairwise (reward-model / preference) loss that cannot separate the pair: "the same score for chosen and
+    # rejected", "loss stuck at 0.693" (= ln 2, the loss of equal scores). A loss that merely plateaus elsewhere is not.
+    (re.compile(r"(?:same|identical|equal) (?:scores?|rewards?|logits?) (?:for|to|on) (?:both )?(?:the )?chosen and "
+                r"(?:the )?rejected|chosen (?:and|和|与) rejected[^.。\n]{0,30}?(?:the same|identical|相同|一样|一致)|"
+                r"loss[^.;。\n]{0,30}?(?:stuck|stays?|stayed|remains?|remained|constant|flat|一直|固定|不变|保持)"
+                r"[^.;。\n]{0,12}?(?:at |在|为)?\s*(?:~|约)?0\.69(?:3\d*)?(?!\d)", re.IGNORECASE), "collapse"),
 )
 # "the loss fell from 4.31 to 1.44, then rose to 7.08, 15.06 and 16.02", "loss 降到 0.8 后又升到 6": a loss said in
 # numbers to climb back to three times the low it had reached (and to at least 2) has diverged, though no word says so.
