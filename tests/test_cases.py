@@ -142,6 +142,7 @@ def real_kb(repo_root, tmp_path_factory) -> KnowledgeBase:
     ("用长指令数据微调，指令太长，cutoff_len 1024，loss 为 nan", "all-labels-masked"),
     ("swift GRPO 训练，日志里 loss 和 grad_norm 一直为 0", "grpo-group-std-degenerate"),
     ("LLaMA2-7B 全参微调，loss 陡增后变为 nan", "lr-too-high"),
+    ("GRPO 默认学习率 5e-5 时训练崩了，把学习率改成 1e-6 后训练稳定收敛", "lr-too-high"),
     ("GRPO with normalize_rewards on and 0/1 rewards: normalized advantages of -1,000,000 and +1,000,000",
      "grpo-group-std-degenerate"),
     ("DeepSpeed-Chat step 2 reward model on bloom-560m: loss nan. --num_padding_at_beginning 1", "padding-side-mismatch"),

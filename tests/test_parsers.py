@@ -218,6 +218,14 @@ def test_a_loss_said_to_be_a_number_starting_with_zero_is_not_a_zero_loss():
         assert "zero_loss" in values(text)["symptom"], text
 
 
+def test_a_lower_learning_rate_that_worked_is_the_fix_not_the_setting():
+    v = values("默认超参（学习率 5e-5）GRPO 后策略坍塌；把学习率改成 1e-6 后训练稳定收敛。")
+    assert v["learning_rate"] == 5e-5 and v["fix_changes"] == ["learning_rate=lower"]
+    # a higher rate that worked is no "lower the learning rate"; with no rate of the run known, nothing is said
+    assert "fix_changes" not in values("lr=1e-4 diverged; lr set to 5e-4 trained stably")
+    assert "fix_changes" not in values("with lr set to 1e-5 it trains fine")
+
+
 def test_a_pairwise_loss_that_cannot_separate_the_pair_is_a_collapse():
     # Chosen and rejected scored alike pin the pairwise loss at ln 2 = 0.693.
     for text in ("Bradley-Terry reward model gives the same score for chosen and rejected",

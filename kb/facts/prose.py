@@ -375,11 +375,16 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             facts.set("average_log_prob", True, "text", n, s, source)
         if lora.search(s):
             facts.set("use_peft", True, "text", n, s, source)
-        m = prose_lr.search(s)
-        if (m and not FIX_CUE.search(s[: m.start()]) and not _WORKED.match(s, m.end())
-                and not said_as_fix(s, m.start(), m.end()) and "learning_rate" not in facts):
+        for m in prose_lr.finditer(s):
             lr = float(m.group("v"))
-            if 0 < lr < 1:  # "lr 2" is a step count or a list item, not a learning rate
+            if not 0 < lr < 1:
+                continue  # "lr 2" is a step count or a list item, not a learning rate
+            if FIX_CUE.search(s[: m.start()]) or _WORKED.match(s, m.end()) or said_as_fix(s, m.start(), m.end()):
+                # the setting that made it work: a learning rate below the run's is the fix "lower the lr"
+                # ("默认学习率 5e-5 ... 把学习率改成 1e-6 后训练稳定收敛")
+                if lr < float(facts.value("learning_rate") or 0):
+                    facts.add("fix_changes", "learning_rate=lower", "text", n, s, source)
+            elif "learning_rate" not in facts:
                 facts.set("learning_rate", lr, "text", n, s, source)
         for m in spike.finditer(s):
             if _NEGATED.search(m.group("gap")):
@@ -454,7 +459,8 @@ _PROSE_SPIKE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r"|梯度
 _PROSE_LR = re.compile(r"(?:learning[ _]rate|(?<![\w-])lr|学习率)\s*(?:is|was|of|at|set to|to|=|:|：|为|是|设为|设置为|设成|"
                        r"调到|调成|提高到|增大到|改为|改成)\s*(?P<v>\d+(?:\.\d+)?(?:e-?\d+)?)(?![\w.])", re.IGNORECASE)
 # The rest of the clause says that setting worked ("... to 1e-5 and it trains fine", "... 后训练正常").
-_WORKED = re.compile(r"[^\n,，。;；]{0,40}?(?:fine|normal|works?\b|worked|stable|solved|正常|好了|解决)", re.IGNORECASE)
+_WORKED = re.compile(r"[^\n,，。;；]{0,40}?(?:fine|normal|works?\b|worked|stable|solved|converg\w*|正常|好了|解决|稳定|收敛)",
+                     re.IGNORECASE)
 _NEGATED = re.compile(r"\b(?:not|no|never|n't|without)\b|n't|没有|没|不|未|并非", re.IGNORECASE)
 
 
