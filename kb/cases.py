@@ -138,13 +138,35 @@ def parse_case(text: str, name: str = "<case>") -> Case:
         raise ValueError(msgs) from None
 
 
+REJECTED_FILE = "rejected.tsv"
+
+
+def load_rejected(folder: str | Path) -> dict[str, str]:
+    """Threads reviewed and turned down (cases/rejected.tsv: URL, a tab, why), by thread key.
+
+    Collectors find a thread's fix PR more easily than the thread, and a review's verdict is easily forgotten:
+    a case whose thread is listed here is a problem for `kb validate`, so a dropped thread cannot come back."""
+    path = Path(folder) / REJECTED_FILE
+    out: dict[str, str] = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        url, _, why = line.partition("\t")
+        out[thread_key(url.strip())] = why.strip() or "rejected on review"
+    return out
+
+
 def load_cases(folder: str | Path, incident_ids: Iterable[str] | None = None
                ) -> tuple[list[Case], list[CaseProblem]]:
-    """Every cases/*.yaml, validated; problems (schema, duplicate thread, unknown incident) are listed, not raised."""
+    """Every cases/*.yaml, validated; problems (schema, duplicate thread, a thread rejected on review, unknown
+    incident) are listed, not raised."""
     folder = Path(folder)
     cases: list[Case] = []
     problems: list[CaseProblem] = []
     known = set(incident_ids) if incident_ids is not None else None
+    rejected = load_rejected(folder)
     by_thread: dict[str, str] = {}
     for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
         try:
@@ -157,6 +179,9 @@ def load_cases(folder: str | Path, incident_ids: Iterable[str] | None = None
             continue
         if case.thread in by_thread:
             problems.append(CaseProblem(path=str(path), message=f"same thread as {by_thread[case.thread]}"))
+            continue
+        if case.thread in rejected:
+            problems.append(CaseProblem(path=str(path), message=f"thread rejected on review: {rejected[case.thread]}"))
             continue
         if known is not None and case.incident and case.incident not in known:
             problems.append(CaseProblem(path=str(path), message=f"unknown incident {case.incident!r}"))

@@ -68,6 +68,19 @@ def test_loader_reports_duplicates_bad_files_and_unknown_incidents(tmp_path):
     assert "same thread" in msgs and "YAML" in msgs and "unknown incident" in msgs
 
 
+def test_a_thread_rejected_on_review_cannot_come_back(tmp_path, repo_root):
+    # the PR of the same number is the same thread; the reason is what the validator says
+    (tmp_path / "gh-example-repo-1.yaml").write_text(GOOD, encoding="utf-8")
+    (tmp_path / "rejected.tsv").write_text("# comment\nhttps://github.com/Example/Repo/pull/1\tno confirmation\n",
+                                           encoding="utf-8")
+    cases, problems = load_cases(tmp_path)
+    assert cases == [] and [p.message for p in problems] == ["thread rejected on review: no confirmation"]
+    # the shipped list parses, every line names a thread and a reason
+    from kb.cases import load_rejected
+    shipped = load_rejected(repo_root / "cases")
+    assert len(shipped) >= 20 and all(why and why != "rejected on review" for why in shipped.values())
+
+
 def test_the_shipped_case_base_is_valid_and_as_large_as_promised(repo_root):
     ids = [p.name for p in (repo_root / "incidents").iterdir() if (p / "incident.md").is_file()]
     cases, problems = load_cases(repo_root / "cases", ids)
