@@ -382,7 +382,8 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             if FIX_CUE.search(s[: m.start()]) or _WORKED.match(s, m.end()) or said_as_fix(s, m.start(), m.end()):
                 # the setting that made it work: a learning rate below the run's is the fix "lower the lr"
                 # ("默认学习率 5e-5 ... 把学习率改成 1e-6 后训练稳定收敛")
-                if lr < float(facts.value("learning_rate") or 0):
+                run_lr = facts.value("learning_rate")
+                if isinstance(run_lr, (int, float)) and lr < run_lr:
                     facts.add("fix_changes", "learning_rate=lower", "text", n, s, source)
             elif "learning_rate" not in facts:
                 facts.set("learning_rate", lr, "text", n, s, source)
