@@ -160,6 +160,8 @@ LOG_FACTS: tuple[FactSpec, ...] = (
     FactSpec("first_bad_step", "int", (), "step at which the first nan/inf/zero collapse appeared"),
     FactSpec("errors", "list", (), "ids of known error strings found (ERROR_PATTERNS below)"),
     FactSpec("output_collapse", "bool", (), "generated text collapsed (!!!!, token id 0)"),
+    FactSpec("pairwise_tie", "bool", (),
+             "a pairwise loss that cannot separate the pair: chosen and rejected scored alike, or stuck at 0.693"),
     FactSpec("version_evidence", "str", (),
              "the report ties the failure to a release: another version works, or it began with one"),
     FactSpec("symptom", "list", (), "in-scope symptoms seen: nan, inf, zero_loss, huge, collapse, overflow"),

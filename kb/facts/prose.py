@@ -136,6 +136,13 @@ _PROSE_ADVANTAGE = re.compile(r"(?<![A-Za-z0-9_/])(?:normali[sz]ed\s+)?advantage
                               r"(?P<v>[-+±−]?\s?(?:\d{1,3}(?:,\d{3})+|\d{3,}|\d+(?:\.\d+)?e\+?\d{1,3})(?:\.\d+)?)"
                               r"(?![\w.%])(?!\s*(?:samples?|steps?|tokens?|examples?|prompts?|groups?|iter\w*|epochs?|"
                               r"rows|条|步|个|次|轮))", re.IGNORECASE)
+# A pairwise (reward-model / preference) loss that cannot separate the pair: "the same score for chosen and rejected",
+# "loss stuck at 0.693" (= ln 2, the loss of equal scores). A loss that merely plateaus elsewhere is not. A collapse
+# symptom, and the fact `pairwise_tie` that the padding-side cue reads.
+_PAIRWISE_TIE = re.compile(r"(?:same|identical|equal) (?:scores?|rewards?|logits?) (?:for|to|on) (?:both )?(?:the )?"
+                           r"chosen and (?:the )?rejected|chosen (?:and|和|与) rejected[^.。\n]{0,30}?(?:the same|identical|"
+                           r"相同|一样|一致)|loss[^.;。\n]{0,30}?(?:stuck|stays?|stayed|remains?|remained|constant|flat|一直|"
+                           r"固定|不变|保持)[^.;。\n]{0,12}?(?:at |在|为)?\s*(?:~|约)?0\.69(?:3\d*)?(?!\d)", re.IGNORECASE)
 _SYMPTOM = (
     (re.compile(r"(?<![A-Za-z0-9_])(?:nan|NaN|NANs?|NaNs|Nan)(?![A-Za-z0-9_])"), "nan"),
     (re.compile(r"(?<![A-Za-z0-9_])(?:inf|Inf|infinity)(?![A-Za-z0-9_])|无穷"), "inf"),
@@ -154,12 +161,8 @@ _SYMPTOM = (
                 r"[^.;\n]{0,30}?(?:keeps? (?:growing|rising|increasing|climbing)|(?:rose|rises|grew|grows|climb(?:s|ed)?)"
                 r" (?:abnormally|steadily|without bound))|abnormally (?:high|large) (?:loss|grad(?:ient)?[_ ]norm)",
                 re.IGNORECASE), "collapse"),
-    # A pairwise (reward-model / preference) loss that cannot separate the pair: "the same score for chosen and
-    # rejected", "loss stuck at 0.693" (= ln 2, the loss of equal scores). A loss that merely plateaus elsewhere is not.
-    (re.compile(r"(?:same|identical|equal) (?:scores?|rewards?|logits?) (?:for|to|on) (?:both )?(?:the )?chosen and "
-                r"(?:the )?rejected|chosen (?:and|和|与) rejected[^.。\n]{0,30}?(?:the same|identical|相同|一样|一致)|"
-                r"loss[^.;。\n]{0,30}?(?:stuck|stays?|stayed|remains?|remained|constant|flat|一直|固定|不变|保持)"
-                r"[^.;。\n]{0,12}?(?:at |在|为)?\s*(?:~|约)?0\.69(?:3\d*)?(?!\d)", re.IGNORECASE), "collapse"),
+    # A pairwise (reward-model / preference) loss that cannot separate the pair (_PAIRWISE_TIE, above).
+    (_PAIRWISE_TIE, "collapse"),
 )
 # "the loss fell from 4.31 to 1.44, then rose to 7.08, 15.06 and 16.02", "loss 降到 0.8 后又升到 6": a loss said in
 # numbers to climb back to three times the low it had reached (and to at least 2) has diverged, though no word says so.
@@ -436,6 +439,8 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         for rx, sym in symptoms:
             if any(not _SAID_ABSENT.search(s[max(0, m.start() - 16):m.start()]) for m in rx.finditer(s)):
                 facts.add("symptom", sym, "text", n, s, source)
+                if rx is _PAIRWISE_TIE:
+                    facts.set("pairwise_tie", True, "text", n, s, source)
         if may_climb and "collapse" not in facts.value("symptom", []) and _climbs_back(s):
             facts.add("symptom", "collapse", "text", n, s, source)
         if "version_evidence" not in facts and version_words.search(s):

@@ -283,7 +283,8 @@ def render(collected: Collected) -> str:
             # The engine reads `trl==x` as "the run uses TRL": only packages the run uses are rendered.
             if key not in _IN_USE or _IN_USE[key](collected):
                 versions_.append(f"{ver_names[key]}=={value}")
-        elif s is not None and s.kind != "list" and key not in ("first_bad_step", "output_collapse", "symptom"):
+        elif s is not None and s.kind != "list" and key not in ("first_bad_step", "output_collapse", "pairwise_tie",
+                                                                  "symptom"):
             v = str(value).lower() if isinstance(value, bool) else value
             # The detail rides along as a YAML comment, so the engine's line evidence shows where it was read.
             note = " ".join(str(detail).replace("#", "").split())[:160]
