@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -37,6 +39,15 @@ def venv(tmp_path_factory, wheel) -> Path:
     """A fresh venv outside the checkout; system site-packages only to avoid downloading dependencies."""
     root = tmp_path_factory.mktemp("venv") / "v"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(root)], check=True, timeout=300)
+    if sys.prefix != sys.base_prefix:
+        # The suite itself runs in a venv: --system-site-packages reaches only the base interpreter's packages,
+        # not the ones installed next to this suite. Plain path lines put them on sys.path without running
+        # their .pth files, so an editable kb from the checkout stays out of reach.
+        code = "import sysconfig; print(sysconfig.get_path('purelib'))"
+        purelib = subprocess.run([str(root / "bin" / "python"), "-c", code],
+                                 capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+        parent = dict.fromkeys(sysconfig.get_path(k) for k in ("purelib", "platlib"))
+        (Path(purelib) / "_kb_suite_site.pth").write_text("".join(f"{d}\n" for d in parent))
     # --force-reinstall: a kb-nan already visible through the system site-packages (an editable checkout)
     # must not count as "already satisfied".
     pip = [str(root / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--force-reinstall",
@@ -88,7 +99,7 @@ def test_installed_wheel_asks_and_diagnoses_outside_the_checkout(venv, tmp_path,
                            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"}).stdout.split("\n")
     assert where[0].startswith(str(venv)), where
     assert where[1].startswith(str(venv)) and where[1].endswith("kb/_corpus/incidents"), where
-    assert str(repo_root) not in where[2]  # the checkout is not on sys.path
+    assert str(repo_root) not in ast.literal_eval(where[2])  # the checkout is not on sys.path
 
     # The installed kb answers exactly as the checkout does: same corpus, same calibration and ranker data.
     from kb.kb import KnowledgeBase
