@@ -149,6 +149,13 @@ def test_a_spike_and_a_lower_learning_rate_said_in_words():
     assert "spike_metrics" not in values("no spike in the loss, it just plateaus")
     assert "spike_metrics" not in values("the loss does not spike, it slowly goes to nan")
     assert "spike_metrics" not in values("loss 没有突增，直接变成 nan")
+    # the metric after the word, and a jump "by orders of magnitude"
+    f = values("TRL PPO examples show sudden huge spikes in the policy loss")
+    assert f["spike_metrics"] == ["loss"] and "collapse" in f["symptom"]
+    assert values("the policy loss now and then jumps by orders of magnitude")["spike_metrics"] == ["loss"]
+    assert values("we saw spikes in the grad_norm before it broke")["spike_metrics"] == ["grad_norm"]
+    assert "spike_metrics" not in values("there were no spikes in the loss at all")
+    assert "spike_metrics" not in values("spikes in the reward are normal for this task")
     f = values("把学习率提高到 5e-3 后 loss 直接为 nan，降到 2e-5 后训练正常下降")
     assert f["fix_changes"] == ["learning_rate=lower"] and f["learning_rate"] == 5e-3
     assert values("LoRA with a learning rate of 2e-4, loss nan after 300 steps")["learning_rate"] == 2e-4

@@ -343,10 +343,11 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     # Each pattern below runs on every line: one substring test over the paste drops those that cannot match.
     hay = Haystack(joined.text, joined.low)
     sp, zero, collapse, shift_attn, kl_k3, length_norm, lora, prose_metric, trajectory, metric_rev, lr_fix, \
-        loss_type, kto_words, lightning, spike, prose_lr, version_words, huge, from_start = (hay.gate(rx) for rx in (
-            _SP, _ZERO, _COLLAPSE, _SHIFT_ATTN, _KL_K3, _LENGTH_NORM, _LORA, _PROSE_METRIC, _TRAJECTORY,
-            _PROSE_METRIC_REV, _LR_FIX, _LOSS_TYPE, _KTO_WORDS, _LIGHTNING, _PROSE_SPIKE, _PROSE_LR, _VERSION_WORDS,
-            _PROSE_HUGE, _FROM_START))
+        loss_type, kto_words, lightning, spike, prose_lr, version_words, huge, from_start, spike_rev = (
+            hay.gate(rx) for rx in (
+                _SP, _ZERO, _COLLAPSE, _SHIFT_ATTN, _KL_K3, _LENGTH_NORM, _LORA, _PROSE_METRIC, _TRAJECTORY,
+                _PROSE_METRIC_REV, _LR_FIX, _LOSS_TYPE, _KTO_WORDS, _LIGHTNING, _PROSE_SPIKE, _PROSE_LR, _VERSION_WORDS,
+                _PROSE_HUGE, _FROM_START, _PROSE_SPIKE_REV))
     high_loss = hay.gate(_PROSE_HIGH_LOSS)
     advantage = hay.gate(_PROSE_ADVANTAGE)
     may_climb = hay.may(_PROSE_FELL) and hay.may(_PROSE_ROSE)
@@ -390,9 +391,10 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                     facts.add("fix_changes", "learning_rate=lower", "text", n, s, source)
             elif "learning_rate" not in facts:
                 facts.set("learning_rate", lr, "text", n, s, source)
-        for m in spike.finditer(s):
-            if _NEGATED.search(m.group("gap")):
-                continue  # "the loss does not spike", "loss 没有突增"
+        for m in [*spike.finditer(s), *spike_rev.finditer(s)]:
+            before = s[max(0, m.start() - 16):m.start()] if m.re is _PROSE_SPIKE_REV else ""
+            if _NEGATED.search(m.group("gap")) or _NEGATED.search(before):
+                continue  # "the loss does not spike", "loss 没有突增", "no spikes in the loss"
             name = m.group("m").lower()
             facts.add("spike_metrics", {"梯度": "grad_norm", "损失": "loss"}.get(name, name), "text", n, s, source)
             facts.add("symptom", "collapse", "text", n, s, source)  # a divergence, as "loss spikes" already is
@@ -457,7 +459,12 @@ _LIGHTNING = re.compile(r"(?<![\w.\-])(?:(?:bf)?16|32|64)-(?:true|mixed)(?![\w\-
 # "loss 陡增后变为 0", "the loss suddenly shot up", "grad_norm spikes": a metric that jumped, said in words.
 _PROSE_SPIKE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r"|梯度|损失)(?P<gap>[^\n,，。.;；]{0,20}?)(?:先)?"
                           r"(?:陡增|突增|暴涨|飙升|激增|猛增|突然(?:增大|变大|上升|升高)|jump(?:s|ed)? up|sho(?:ot|ots|t) up|"
-                          r"spik(?:e|es|ed|ing)\b|blow(?:s|n)? up|blew up|explod(?:e|es|ed))", re.IGNORECASE)
+                          r"spik(?:e|es|ed|ing)\b|blow(?:s|n)? up|blew up|explod(?:e|es|ed)|"
+                          r"jump(?:s|ed)? by (?:\w+ )?orders? of magnitude)", re.IGNORECASE)
+# The metric after the word: "sudden huge spikes in the policy loss", "a spike of the grad_norm" (losses, norms and
+# KL only: "spikes in the reward" are often just noisy rewards).
+_PROSE_SPIKE_REV = re.compile(r"(?<![A-Za-z])spikes? (?:in|of|on) (?:the )?(?:[a-z]+ )?(?P<gap>)(?P<m>[A-Za-z_/]*"
+                              r"(?:loss|norm|kl)[A-Za-z_/]*)(?![A-Za-z0-9_])", re.IGNORECASE)
 
 
 # "学习率调到 5e-3 后 loss 变成 nan", "with a learning rate of 5e-4": the run's learning rate said in words (a fix cue
