@@ -156,6 +156,15 @@ def test_a_spike_and_a_lower_learning_rate_said_in_words():
     assert values("we saw spikes in the grad_norm before it broke")["spike_metrics"] == ["grad_norm"]
     assert "spike_metrics" not in values("there were no spikes in the loss at all")
     assert "spike_metrics" not in values("spikes in the reward are normal for this task")
+
+
+def test_a_trainer_and_rollout_that_disagree_on_log_probs_is_a_divergence():
+    said = ["the logged training-vs-rollout log-prob difference stayed very large",
+            "the metric vllm_vs_local_logprob_diff_mean kept rising over training", "训推不一致，logprob 差异很大"]
+    for text in said:
+        assert values(text)["symptom"] == ["rollout_mismatch"], text
+    assert "symptom" not in values("there was no large logprob gap between the trainer and vllm")
+    assert "symptom" not in values("the logprob of the chosen responses rose during DPO")
     f = values("把学习率提高到 5e-3 后 loss 直接为 nan，降到 2e-5 后训练正常下降")
     assert f["fix_changes"] == ["learning_rate=lower"] and f["learning_rate"] == 5e-3
     assert values("LoRA with a learning rate of 2e-4, loss nan after 300 steps")["learning_rate"] == 2e-4

@@ -143,6 +143,13 @@ _PAIRWISE_TIE = re.compile(r"(?:same|identical|equal) (?:scores?|rewards?|logits
                            r"chosen and (?:the )?rejected|chosen (?:and|和|与) rejected[^.。\n]{0,30}?(?:the same|identical|"
                            r"相同|一样|一致)|loss[^.;。\n]{0,30}?(?:stuck|stays?|stayed|remains?|remained|constant|flat|一直|"
                            r"固定|不变|保持)[^.;。\n]{0,12}?(?:at |在|为)?\s*(?:~|约)?0\.69(?:3\d*)?(?!\d)", re.IGNORECASE)
+# An RL run whose trainer and rollout engine disagree on the same tokens' log-probs ("the training-vs-rollout log-prob
+# difference stayed very large", "vllm_vs_local_logprob_diff_mean kept rising", "训推 logprob 差异很大"): the policy
+# being updated is not the one that sampled, a divergence whatever the loss shows (symptom `rollout_mismatch`).
+_ROLLOUT_MISMATCH = re.compile(
+    r"(?:log[-_ ]?probs?|logp)\w*[^.;。\n]{0,40}?(?:gap|diff\w*|differen\w*|mismatch\w*|差异|差距|不一致)[^.;。\n]{0,40}?"
+    r"(?:large|huge|big|high|grow\w*|ris(?:e|es|ing)\b|rose|increas\w*|climb\w*|explod\w*|很大|变大|增大|越来越大)|训推不一致",
+    re.IGNORECASE)
 _SYMPTOM = (
     (re.compile(r"(?<![A-Za-z0-9_])(?:nan|NaN|NANs?|NaNs|Nan)(?![A-Za-z0-9_])"), "nan"),
     (re.compile(r"(?<![A-Za-z0-9_])(?:inf|Inf|infinity)(?![A-Za-z0-9_])|无穷"), "inf"),
@@ -163,6 +170,7 @@ _SYMPTOM = (
                 re.IGNORECASE), "collapse"),
     # A pairwise (reward-model / preference) loss that cannot separate the pair (_PAIRWISE_TIE, above).
     (_PAIRWISE_TIE, "collapse"),
+    (_ROLLOUT_MISMATCH, "rollout_mismatch"),
 )
 # "the loss fell from 4.31 to 1.44, then rose to 7.08, 15.06 and 16.02", "loss 降到 0.8 后又升到 6": a loss said in
 # numbers to climb back to three times the low it had reached (and to at least 2) has diverged, though no word says so.
