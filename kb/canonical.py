@@ -164,7 +164,8 @@ LOG_FACTS: tuple[FactSpec, ...] = (
              "a pairwise loss that cannot separate the pair: chosen and rejected scored alike, or stuck at 0.693"),
     FactSpec("version_evidence", "str", (),
              "the report ties the failure to a release: another version works, or it began with one"),
-    FactSpec("symptom", "list", (), "in-scope symptoms seen: nan, inf, zero_loss, zero_grad, huge, collapse, overflow, rollout_mismatch"),
+    FactSpec("symptom", "list", (),
+             "in-scope symptoms seen: nan, inf, zero_loss, zero_grad, huge, collapse, overflow, rollout_mismatch"),
 )
 
 # Boolean switches whose *name* carries the value: `--fp16`, `bf16: true`, `"fp16": {"enabled": true}`.
