@@ -103,6 +103,12 @@ def test_folds_never_split_a_thread():
         by_key.setdefault(k, set()).add(f)
     assert all(len(v) == 1 for v in by_key.values())
     assert len(set(folds)) == 3
+    # another draw is another assignment, and still never splits a thread
+    many = [f"o/r#{i}" for i in range(40) for _ in range(i % 3 + 1)]
+    draws = [_folds(many, 5, salt=f"draw-{d}:") for d in range(3)]
+    assert draws[0] != draws[1] != draws[2] and draws[0] == _folds(many, 5, salt="draw-0:")
+    for fold_of in draws:
+        assert all(len({f for k, f in zip(many, fold_of) if k == key}) == 1 for key in set(many))
 
 
 def test_ranker_learns_which_feature_decides():

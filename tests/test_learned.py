@@ -133,8 +133,12 @@ def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_writes_
         shutil.copy(kb.cases_dir / f"{c.id}.yaml", sub / f"{c.id}.yaml")
     kb.cases_dir = sub
 
-    report = cross_validate(kb, folds=3)
+    report = cross_validate(kb, folds=3, draws=4)
     assert report["cases"] == len(chosen) == report["threads"]
+    mean = report["learned, grouped by thread, mean of 4 fold draws"]  # the grouped scheme over 4 assignments
+    assert mean["draws"] == 4 and mean["n_in"] == 14 and mean["n_out"] == 10
+    assert mean["top1_min"] <= mean["top1"] <= mean["top1_max"] and mean["top1_sd"] >= 0.0
+    assert mean["top1_min"] <= report["learned, grouped by thread"]["top1"] <= mean["top1_max"]
     for name in ("learned, grouped by thread", "learned, leave one framework out", "rules only (no case learning)",
                  "plain hybrid retrieval", *VARIANTS):
         r = report[name]
@@ -147,7 +151,7 @@ def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_writes_
     conf = report["confusion"]
     assert sum(t["n"] for t in conf.values()) == len(chosen)
     assert all(t["right"] + sum(t["went_to"].values()) == t["n"] for t in conf.values())
-    assert "where the misses went" in format_cv(report)
+    assert "where the misses went" in format_cv(report) and "over 4 fold assignments" in format_cv(report)
 
     out = tmp_path / "learned.json"
     fit_case_ranker(kb, out=out)

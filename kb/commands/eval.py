@@ -15,6 +15,8 @@ def register(sub) -> None:
                    help="out-of-fold numbers on the case base (cases/): the learned ranker with folds grouped by "
                         "thread and leave-one-framework-out, beside rules only and plain hybrid retrieval")
     p.add_argument("--folds", type=int, default=5, help="with --cv: number of folds (default 5)")
+    p.add_argument("--draws", type=int, default=10,
+                   help="with --cv: fold assignments the grouped scheme is averaged over (1-100, default 10)")
     p.add_argument("--fit", action="store_true",
                    help="with --cv: then fit the ranker on every case and write kb/diagnose/learned.json")
     p.add_argument("--holdout", action="store_true",
@@ -39,7 +41,7 @@ def run(args) -> int:
         from kb.diagnose.evaluate import cross_validate, fit_case_ranker, format_cv
 
         kb = open_kb(args)
-        report = cross_validate(kb, folds=max(2, args.folds))
+        report = cross_validate(kb, folds=max(2, args.folds), draws=max(1, min(args.draws, 100)))
         if args.fit:
             report["fit"] = fit_case_ranker(kb)
         print_json(report) if args.json else print(format_cv(report) + (f"\nfitted: {report['fit']}"
