@@ -419,19 +419,13 @@ def cross_validate(kb: Diagnoser, folds: int = 5, draws: int = 10) -> dict[str, 
         "leave one framework out": _folds([(canonical_framework(c.framework.name) or c.framework.name).lower()
                                            for c in cases], len({c.framework.name.lower() for c in cases})),
     }
+    threads = [c.thread for c in cases]
     for name, fold_of in schemes.items():
-        preds: dict[int, tuple[str, bool]] = {}
-        for f in sorted(set(fold_of)):
-            test = [j for j, x in enumerate(fold_of) if x == f]
-            train = [j for j, x in enumerate(fold_of) if x != f]
-            # No thread may sit on both sides (schemes group by thread or by framework, both finer than that).
-            assert not {cases[j].thread for j in test} & {cases[j].thread for j in train}
-            _, p = _fit_predict(rows, train, test, labels)
-            preds.update({j: (lab, lab == learned.OUT_OF_SCOPE) for j, (lab, _, _) in p.items()})
+        preds = _out_of_fold(rows, fold_of, labels, threads)
         out[f"learned, {name}"] = _score(rows, preds)
         if name == "grouped by thread" and draws > 1:
             out[f"learned, grouped by thread, mean of {draws} fold draws"] = _draws(
-                rows, labels, [c.thread for c in cases], folds, draws, out[f"learned, {name}"])
+                rows, labels, threads, folds, draws, out[f"learned, {name}"])
         if name == "grouped by thread":
             for label, text_of in VARIANTS.items():
                 out[label] = _variant_score(kb, cases, index, rows, fold_of, labels, text_of)
@@ -453,23 +447,31 @@ def cross_validate(kb: Diagnoser, folds: int = 5, draws: int = 10) -> dict[str, 
     return out
 
 
+def _out_of_fold(rows: list[dict[str, Any]], fold_of: list[int], labels: list[str], threads: list[str]
+                 ) -> dict[int, tuple[str, bool]]:
+    """Every row's answer from a ranker fitted without its fold: (label, abstained)."""
+    from kb.diagnose import learned
+
+    preds: dict[int, tuple[str, bool]] = {}
+    for f in sorted(set(fold_of)):
+        test = [j for j, x in enumerate(fold_of) if x == f]
+        train = [j for j, x in enumerate(fold_of) if x != f]
+        # No thread may sit on both sides (schemes group by thread or by framework, both finer than that).
+        assert not {threads[j] for j in test} & {threads[j] for j in train}
+        _, p = _fit_predict(rows, train, test, labels)
+        preds.update({j: (lab, lab == learned.OUT_OF_SCOPE) for j, (lab, _, _) in p.items()})
+    return preds
+
+
 def _draws(rows: list[dict[str, Any]], labels: list[str], threads: list[str], folds: int, draws: int,
            first: dict[str, Any]) -> dict[str, Any]:
     """The grouped scheme over `draws` fold assignments (the first is `first`, already scored): mean of each
     number, and top-1's standard deviation, lowest and highest."""
-    from kb.diagnose import learned
 
     scores = [first]
     for d in range(1, draws):
         fold_of = _folds(threads, folds, salt=f"draw-{d}:")
-        preds: dict[int, tuple[str, bool]] = {}
-        for f in range(folds):
-            test = [j for j, x in enumerate(fold_of) if x == f]
-            train = [j for j, x in enumerate(fold_of) if x != f]
-            assert not {threads[j] for j in test} & {threads[j] for j in train}
-            _, p = _fit_predict(rows, train, test, labels)
-            preds.update({j: (lab, lab == learned.OUT_OF_SCOPE) for j, (lab, _, _) in p.items()})
-        scores.append(_score(rows, preds))
+        scores.append(_score(rows, _out_of_fold(rows, fold_of, labels, threads)))
     out: dict[str, Any] = {"n_in": first["n_in"], "n_out": first["n_out"]}
     for k in ("top1", "in_abstained", "out_abstained"):
         vals = [s[k] for s in scores if s[k] is not None]
