@@ -111,6 +111,23 @@ def test_folds_never_split_a_thread():
         assert all(len({f for k, f in zip(many, fold_of) if k == key}) == 1 for key in set(many))
 
 
+def test_a_learning_curve_share_keeps_whole_threads_and_grows_by_adding():
+    from kb.diagnose.evaluate import _keep_share
+
+    threads = [f"o/r#{i}" for i in range(40) for _ in range(i % 3 + 1)]
+    train = list(range(len(threads)))
+    kept = {s: _keep_share(train, threads, s, "share-1:") for s in (0.1, 0.25, 0.5, 1.0)}
+    assert kept[1.0] == train
+    assert len({threads[j] for j in kept[0.25]}) == 10 and len({threads[j] for j in kept[0.1]}) == 4
+    for small, big in ((0.1, 0.25), (0.25, 0.5), (0.5, 1.0)):
+        assert set(kept[small]) < set(kept[big])  # a larger share adds threads, never swaps them
+    for rows in kept.values():  # a thread is in whole or not at all
+        assert all(rows.count(j) == 1 for j in rows)
+        assert {j for j in train if threads[j] in {threads[i] for i in rows}} == set(rows)
+    assert _keep_share(train, threads, 0.25, "share-2:") != kept[0.25]  # another draw, another subset
+    assert len({threads[j] for j in _keep_share(train, threads, 0.001, "")}) == 1  # never an empty training set
+
+
 def test_ranker_learns_which_feature_decides():
     """Synthetic queries whose true label is the one with feature `knn` set: the fit must weigh `knn` most."""
     from kb.diagnose.learned import FEATURES, Ranker

@@ -115,7 +115,8 @@ def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_writes_
 
     from kb import KnowledgeBase
     from kb.cases import load_cases
-    from kb.diagnose.evaluate import VARIANTS, cross_validate, fit_case_ranker, format_cv
+    from kb.diagnose.evaluate import VARIANTS, cross_validate, fit_case_ranker, format_cv, learning_curve
+    from kb.errors import InputError
 
     data = os.environ.get("KB_DATA_DIR") or tmp_path_factory.mktemp("data")
     kb = KnowledgeBase.open(data_dir=data, incidents_dir=repo_root / "incidents")
@@ -152,6 +153,17 @@ def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_writes_
     assert sum(t["n"] for t in conf.values()) == len(chosen)
     assert all(t["right"] + sum(t["went_to"].values()) == t["n"] for t in conf.values())
     assert "where the misses went" in format_cv(report) and "over 4 fold assignments" in format_cv(report)
+
+    # The learning curve's whole-case-base point is the same measurement as the mean of fold draws above; a smaller
+    # share fits on fewer cases and answers the same reports.
+    curve = learning_curve(kb, (0.5, 1.0), folds=3, draws=4)
+    half, whole = curve["points"]
+    assert (whole["top1"], whole["in_abstained"], whole["out_abstained"]) == (
+        mean["top1"], mean["in_abstained"], mean["out_abstained"])
+    assert half["share"] == 0.5 and 0 < half["train_cases"] < whole["train_cases"] == len(chosen) * 2 / 3
+    assert 0.0 <= half["top1"] <= 1.0
+    with pytest.raises(InputError):
+        learning_curve(kb, (0.0, 1.0), folds=3, draws=1)
 
     out = tmp_path / "learned.json"
     fit_case_ranker(kb, out=out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -447,15 +447,18 @@ def cross_validate(kb: Diagnoser, folds: int = 5, draws: int = 10) -> dict[str, 
     return out
 
 
-def _out_of_fold(rows: list[dict[str, Any]], fold_of: list[int], labels: list[str], threads: list[str]
-                 ) -> dict[int, tuple[str, bool]]:
-    """Every row's answer from a ranker fitted without its fold: (label, abstained)."""
+def _out_of_fold(rows: list[dict[str, Any]], fold_of: list[int], labels: list[str], threads: list[str],
+                 share: float = 1.0, salt: str = "") -> dict[int, tuple[str, bool]]:
+    """Every row's answer from a ranker fitted without its fold: (label, abstained). With `share` < 1 each fold's
+    ranker sees only that share of its training threads (`_keep_share`; the learning curve)."""
     from kb.diagnose import learned
 
     preds: dict[int, tuple[str, bool]] = {}
     for f in sorted(set(fold_of)):
         test = [j for j, x in enumerate(fold_of) if x == f]
         train = [j for j, x in enumerate(fold_of) if x != f]
+        if share < 1.0:
+            train = _keep_share(train, threads, share, salt)
         # No thread may sit on both sides (schemes group by thread or by framework, both finer than that).
         assert not {threads[j] for j in test} & {threads[j] for j in train}
         _, p = _fit_predict(rows, train, test, labels)
@@ -480,6 +483,49 @@ def _draws(rows: list[dict[str, Any]], labels: list[str], threads: list[str], fo
     out.update(draws=draws, top1_sd=round(float(np.std(top, ddof=1)), 3) if len(top) > 1 else 0.0,
                top1_min=min(top, default=None), top1_max=max(top, default=None))
     return out
+
+
+def _keep_share(train: list[int], threads: list[str], share: float, salt: str) -> list[int]:
+    """The training rows of `share` of the training threads, drawn by a hash of `salt` and the thread: whole
+    threads, and a smaller share keeps a subset of what a larger one keeps (the curve adds cases, never swaps)."""
+    import hashlib
+
+    distinct = sorted({threads[j] for j in train}, key=lambda t: hashlib.sha256((salt + t).encode()).hexdigest())
+    kept = set(distinct[:max(1, round(share * len(distinct)))])
+    return [j for j in train if threads[j] in kept]
+
+
+def learning_curve(kb: Diagnoser, shares: Sequence[float] = (0.25, 0.5, 0.75, 1.0), folds: int = 5,
+                   draws: int = 10) -> dict[str, Any]:
+    """How out-of-fold quality grows with the case base: the grouped scheme of `cross_validate` over `draws` fold
+    assignments, each fold's ranker fitted on only `share` of its training threads (test folds unchanged, so every
+    share answers the same reports). Share 1.0 is `cross_validate`'s mean of fold draws."""
+    from kb.diagnose import learned
+
+    cases = kb.cases
+    if len(cases) < 2 * folds:
+        raise InputError(f"the case base has {len(cases)} cases; a learning curve needs at least {2 * folds}")
+    if not shares or any(not 0.0 < s <= 1.0 for s in shares):
+        raise InputError("shares must lie in (0, 1]")
+    index = learned.CaseIndex.build(cases, kb.embedder, kb.data_dir / "cases-index.npz")
+    rows = _case_views(kb, cases, index)
+    labels = sorted({learned.label_of(c) for c in cases} | {i.root_cause.category for i in kb.records.values()})
+    threads = [c.thread for c in cases]
+    points = []
+    for share in sorted(set(shares)):
+        scores, sizes = [], []
+        for d in range(draws):
+            salt = f"draw-{d}:" if d else ""
+            fold_of = _folds(threads, folds, salt=salt)
+            scores.append(_score(rows, _out_of_fold(rows, fold_of, labels, threads, share, f"share-{d}:")))
+            sizes.append(np.mean([len(_keep_share([j for j, x in enumerate(fold_of) if x != f], threads, share,
+                                                  f"share-{d}:")) for f in range(folds)]))
+        top = [s["top1"] for s in scores]
+        points.append({"share": share, "train_cases": round(float(np.mean(sizes)), 1),
+                       **{k: round(float(np.mean([s[k] for s in scores])), 3)
+                          for k in ("top1", "in_abstained", "out_abstained")},
+                       "top1_sd": round(float(np.std(top, ddof=1)), 3) if len(top) > 1 else 0.0})
+    return {"cases": len(cases), "threads": len(set(threads)), "folds": folds, "draws": draws, "points": points}
 
 
 # The same reports brought differently, answered by rankers fitted on the reports as written: filed through an
