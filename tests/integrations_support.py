@@ -6,6 +6,7 @@ Imported as `from integrations_support import ...` (tests/ is on sys.path in pyt
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -20,6 +21,12 @@ from kb.repro.tiny import token_batch
 REPO = Path(__file__).resolve().parent.parent
 SEQ = 24
 VOCAB = 128
+# Where the in-run tests train: "cpu" (CI, the default) or "cuda" (`KB_TEST_DEVICE=cuda`, on a GPU machine; the
+# README's "GPU run" records what they showed there).
+DEVICE = os.environ.get("KB_TEST_DEVICE", "cpu")
+ON_CPU = not DEVICE.startswith("cuda")
+if not ON_CPU and not torch.cuda.is_available():
+    raise RuntimeError(f"KB_TEST_DEVICE={DEVICE} but torch {torch.__version__} sees no CUDA device")
 
 
 @cache

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from integrations_support import REPO, first_category, lm_rows, real_kb
+from integrations_support import ON_CPU, REPO, first_category, lm_rows, real_kb
 
 from kb.errors import InputError
 from kb.integrations.collect import render
@@ -22,7 +22,7 @@ from kb.runs import load_training_args_bin, read_run_dir
 def cli(*args: str) -> subprocess.CompletedProcess:
     kb = real_kb()
     env = {**os.environ, "KB_DATA_DIR": str(kb.data_dir), "KB_INCIDENTS_DIR": str(REPO / "incidents"),
-           "PYTHONPATH": str(REPO)}
+           "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
     return subprocess.run([sys.executable, "-m", "kb.cli", *args], capture_output=True, text=True, env=env,
                           timeout=600, check=False)
 
@@ -37,7 +37,7 @@ def hf_fp16_run(tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("hf-run")
     args = TrainingArguments(output_dir=str(out), report_to=[], save_strategy="steps", save_steps=3, logging_steps=1,
-                             per_device_train_batch_size=2, use_cpu=True, max_steps=3, learning_rate=1e-5,
+                             per_device_train_batch_size=2, use_cpu=ON_CPU, max_steps=3, learning_rate=1e-5,
                              optim="adamw_torch", disable_tqdm=True, seed=0)
     quiet(Trainer(model=tiny_causal_lm("llama", dtype=torch.float16), args=args,
                   train_dataset=Dataset.from_list(lm_rows()))).train()

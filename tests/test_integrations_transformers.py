@@ -1,4 +1,4 @@
-"""KBCallback on the real HF Trainer and TRL trainers, training tiny models on CPU: one test per mechanism, each
+"""KBCallback on the real HF Trainer and TRL trainers, training tiny models on CPU (or `KB_TEST_DEVICE=cuda`): one test per mechanism, each
 ending with the right category first in <output_dir>/kb-diagnosis.json; a healthy run writes nothing."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import ClassVar
 import pytest
 import torch
 from datasets import Dataset
-from integrations_support import evidence_text, first_category, lm_rows, real_kb, report
+from integrations_support import DEVICE, ON_CPU, evidence_text, first_category, lm_rows, real_kb, report
 from transformers import Trainer, TrainingArguments
 
 from kb.integrations.transformers import KBCallback
@@ -25,7 +25,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 def train(tmp_path, rows, dtype=torch.float32, steps: int = 8, **kw):
     cb_kw = {k: kw.pop(k) for k in ("probe", "stop_on_nan", "webhook") if k in kw}
     args = TrainingArguments(output_dir=str(tmp_path), report_to=[], save_strategy="no", logging_steps=1,
-                             per_device_train_batch_size=2, use_cpu=True, max_steps=steps, disable_tqdm=True,
+                             per_device_train_batch_size=2, use_cpu=ON_CPU, max_steps=steps, disable_tqdm=True,
                              seed=0, **{"learning_rate": 5e-5, **kw})
     cb = KBCallback(kb=real_kb(), **cb_kw)
     trainer = quiet(Trainer(model=tiny_causal_lm("llama", dtype=dtype), args=args,
@@ -82,7 +82,7 @@ def test_simpo_cpo_prompt_fills_max_length(tmp_path):
     ml = 48
     rows = [{"prompt": tiny_words(ml // 4, 1), "chosen": tiny_words(6, 2), "rejected": tiny_words(6, 3)},
             {"prompt": tiny_words(ml + 8, 4), "chosen": tiny_words(6, 5), "rejected": tiny_words(6, 6)}]
-    args = trainer_args(cpo.CPOConfig, str(tmp_path), "cpu", loss_type="simpo", cpo_alpha=0.0, beta=2.0,
+    args = trainer_args(cpo.CPOConfig, str(tmp_path), DEVICE, loss_type="simpo", cpo_alpha=0.0, beta=2.0,
                         simpo_gamma=0.5, max_length=ml, per_device_train_batch_size=2, max_steps=2)
     cb = KBCallback(kb=real_kb(), probe=True)
     trainer = quiet(cpo.CPOTrainer(model=tiny_causal_lm("llama", seed=0), args=args, train_dataset=Dataset.from_list(rows),
@@ -99,7 +99,7 @@ def test_simpo_cpo_prompt_fills_max_length(tmp_path):
 def test_kto_one_sided_micro_batches(tmp_path):
     trl = pytest.importorskip("trl")
     rows = [{"prompt": tiny_words(6, 10 + i), "completion": tiny_words(5, 50 + i), "label": False} for i in range(4)]
-    args = trainer_args(trl.KTOConfig, str(tmp_path), "cpu", max_steps=2, per_device_train_batch_size=2,
+    args = trainer_args(trl.KTOConfig, str(tmp_path), DEVICE, max_steps=2, per_device_train_batch_size=2,
                         max_length=32, learning_rate=1e-5)
     cb = KBCallback(kb=real_kb())
     trainer = quiet(trl.KTOTrainer(model=tiny_causal_lm("llama", seed=0), ref_model=tiny_causal_lm("llama", seed=0),
