@@ -79,3 +79,26 @@ def test_report_json_and_webhook_bodies(tmp_path):
     assert "half-precision-weights" in webhook_body("slack", d)["text"]
     assert webhook_body("dingtalk", d)["msgtype"] == "markdown"
     assert "load in fp32" in webhook_body("feishu", d)["content"]["text"]
+
+
+@pytest.mark.slow
+def test_a_loss_explosion_after_a_healthy_step_is_the_learning_rate_not_sdpa():
+    """What the first GPU run showed (H100, 2026-11-24): the tiny model at learning_rate=1000 trained on CUDA logs
+    grad_norm NaN at step 2, right after its loss jumped 4.5e6x (on CPU grad_norm stays finite), and the SDPA
+    trigger, meant for grad_norm NaN from the very first step, named attention-kernel-bug (0.85). These are that
+    run's facts and records, as the callback collected them."""
+    from integrations_support import real_kb
+
+    from kb.integrations.collect import diagnose_collected
+
+    c = Collected(trigger="loss jumped from ~4.88 to 2.21e+07 (4538844x) at step 2")
+    c.set("attn_implementation", "sdpa", "model.config._attn_implementation = sdpa")
+    c.set("precision", "fp32", "TrainingArguments fp16=False, bf16=False (no mixed precision)")
+    c.set("learning_rate", 1000.0, "TrainingArguments learning_rate=1000.0")
+    c.records = [{"loss": 4.8812, "grad_norm": 1.31, "learning_rate": 1000.0, "epoch": 0.125, "step": 1},
+                 {"loss": 22129324.0, "grad_norm": float("nan"), "learning_rate": 875.0, "epoch": 0.25, "step": 2},
+                 {"loss": 0.0, "grad_norm": float("nan"), "learning_rate": 750.0, "epoch": 0.375, "step": 3}]
+    d = diagnose_collected(real_kb(), c)
+    assert d.diagnoses[0].category == "lr-too-high"
+    assert d.diagnoses[0].decided_by.startswith("learning_rate=1000")  # the strongest fired trigger speaks first
+    assert "attention-kernel-bug ruled out by first_bad_step" in d.diagnoses[0].decided_by

@@ -264,13 +264,15 @@ def _decided_by(winner: Candidate, others: list[Candidate]) -> str:
             parts.append(f"{o.incident.root_cause.category} ruled out by {describe(cond)}{v}{where}")
             break
     rival_facts = {cond.fact for t in rival.fired for cond, _ in t.matched}
-    for t in winner.fired:
-        for cond, f in t.matched:
-            if cond.fact not in rival_facts and f is not None:
-                where = f" (line {f.line})" if f.line else ""
-                parts.insert(0, f"{cond.fact}={f.value}{where} fits {winner.incident.root_cause.category}")
-                break
-        break
+    # The strongest fired trigger names the fact (learning_rate=1000 rather than precision=fp32 for a learning-rate
+    # incident whose fp32 trigger fired too); the next one when it shares every fact with the rival.
+    for t in sorted(winner.fired, key=lambda t: -t.trigger.weight):
+        own = next(((cond, f) for cond, f in t.matched if cond.fact not in rival_facts and f is not None), None)
+        if own is not None:
+            cond, f = own
+            where = f" (line {f.line})" if f.line else ""
+            parts.insert(0, f"{cond.fact}={f.value}{where} fits {winner.incident.root_cause.category}")
+            break
     return "; ".join(parts)
 
 
