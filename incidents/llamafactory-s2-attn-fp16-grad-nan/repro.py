@@ -29,7 +29,7 @@ def shift_attention(x: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, wv: tor
         return t.transpose(1, 2).reshape(bsz * n, group, heads, hd).transpose(1, 2)
 
     q, k, v = shift(q), shift(k), shift(v)
-    mask = torch.ones(group, group, dtype=torch.bool).tril()
+    mask = torch.ones(group, group, dtype=torch.bool, device=x.device).tril()
     att = (q @ k.transpose(-1, -2) / hd**0.5).masked_fill(~mask, float("-inf")).softmax(-1)
     out = (att @ v).transpose(1, 2).reshape(bsz, q_len, heads, hd)  # (b, q, h, d)
     first, rolled = out[:, :, : heads // 2], out[:, :, heads // 2 :].roll(group // 2, dims=1)

@@ -54,10 +54,18 @@ class Fp16ActivationOverflow(ReproCheck):
         hook.remove()
         error = ""
         with torch.no_grad(), torch.autocast(dev_type, dtype=dtype, enabled=amp):
-            try:  # what XTuner's EvaluateChatHook does between iterations
-                model.generate(ids[:, :4], do_sample=True, max_new_tokens=4, pad_token_id=0)
-            except RuntimeError as e:
-                error = str(e).splitlines()[0]
+            if dev_type == "cuda":
+                # CUDA's sampler meets a NaN distribution with a device-side assert that ends the process's CUDA
+                # context (seen on an H100, torch 2.11), so the first sampled token's distribution is checked here
+                # as the sampler would check it.
+                probs = model(ids[:, :4]).logits[:, -1].float().softmax(-1)
+                if not bool(torch.isfinite(probs).all()) or bool((probs < 0).any()):
+                    error = "probability tensor contains either `inf`, `nan` or element < 0"
+            else:
+                try:  # what XTuner's EvaluateChatHook does between iterations
+                    model.generate(ids[:, :4], do_sample=True, max_new_tokens=4, pad_token_id=0)
+                except RuntimeError as e:
+                    error = str(e).splitlines()[0]
         return {"dtype": str(dtype).replace("torch.", ""), "peak_mlp_activation": max(peak),
                 "loss": losses[-1], "first_loss": losses[0], "skipped_steps": skipped, "error": error}
 
