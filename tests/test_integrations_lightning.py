@@ -1,5 +1,6 @@
-"""The Lightning KBCallback on real tiny models trained on CPU (or `KB_TEST_DEVICE=cuda`): the mechanisms a plain Lightning loop can show
-(all labels masked, fp16-stored weights with AdamW, a far too high learning rate) and a healthy run."""
+"""The Lightning KBCallback on real tiny models trained on CPU (or on a GPU with `KB_TEST_DEVICE=cuda`): the
+mechanisms a plain Lightning loop can show (all labels masked, fp16-stored weights with AdamW, a far too high
+learning rate) and a healthy run."""
 
 from __future__ import annotations
 
@@ -41,8 +42,8 @@ class TinyLit(pl.LightningModule):
 def fit(tmp_path, batches, lr: float = 5e-5, dtype=torch.float32, **kw) -> tuple[pl.Trainer, KBCallback]:
     cb = KBCallback(kb=real_kb(), output_dir=tmp_path, **kw)
     trainer = pl.Trainer(max_epochs=1, accelerator="cpu" if ON_CPU else "gpu", devices=1, log_every_n_steps=1,
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         callbacks=[cb], default_root_dir=tmp_path)
+                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, callbacks=[cb], default_root_dir=tmp_path)
     trainer.fit(TinyLit(lr, dtype), train_dataloaders=DataLoader(batches, batch_size=None))  # pre-batched
     return trainer, cb
 

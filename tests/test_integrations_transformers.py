@@ -1,5 +1,6 @@
-"""KBCallback on the real HF Trainer and TRL trainers, training tiny models on CPU (or `KB_TEST_DEVICE=cuda`): one test per mechanism, each
-ending with the right category first in <output_dir>/kb-diagnosis.json; a healthy run writes nothing."""
+"""KBCallback on the real HF Trainer and TRL trainers, training tiny models on CPU (or on a GPU with
+`KB_TEST_DEVICE=cuda`): one test per mechanism, each ending with the right category first in
+<output_dir>/kb-diagnosis.json; a healthy run writes nothing."""
 
 from __future__ import annotations
 
