@@ -102,3 +102,17 @@ def test_a_loss_explosion_after_a_healthy_step_is_the_learning_rate_not_sdpa():
     assert d.diagnoses[0].category == "lr-too-high"
     assert d.diagnoses[0].decided_by.startswith("learning_rate=1000")  # the strongest fired trigger speaks first
     assert "attention-kernel-bug ruled out by first_bad_step" in d.diagnoses[0].decided_by
+
+
+@pytest.mark.slow
+def test_the_same_run_pasted_with_two_config_lines_is_the_learning_rate_too():
+    """That run's log pasted into `kb diagnose` with `attn_implementation: sdpa` and `learning_rate: 1000` and no
+    precision: the SDPA incident's retrieval and signature used to outweigh the learning rate (0.43 against 0.15);
+    a learning rate of 1e-2 or more is now a cue for lr-too-high (kb/data/category_cues.yaml)."""
+    from integrations_support import real_kb
+
+    log = ("{'loss': 4.8812, 'grad_norm': 1.31, 'learning_rate': 1000.0, 'epoch': 0.125, 'step': 1}\n"
+           "{'loss': 22129324.0, 'grad_norm': nan, 'learning_rate': 875.0, 'epoch': 0.25, 'step': 2}\n"
+           "{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 750.0, 'epoch': 0.375, 'step': 3}")
+    d = real_kb().diagnose(log=log, config="attn_implementation: sdpa\nlearning_rate: 1000\n")
+    assert d.diagnoses[0].category == "lr-too-high"
