@@ -237,6 +237,11 @@ def test_repro_all_progress_moves(env, tmp_path, repo_root):
     assert code == 0, plain[-2000:]
     assert "repro checks: ms-swift-dpo-sp-nll-nan" in plain or "repro checks: trl-simpo" in plain
     assert re.search(r"\b1/2\b", plain) and "confirmed" in plain
+    code, drawn = kb_tty(env, "--incidents-dir", str(small), "repro", "--all", "--device", "cpu", "--no-framework",
+                         "--jobs", "2")  # both at once: the bar counts the finished ones
+    plain = ANSI.sub("", drawn)
+    assert code == 0, plain[-2000:]
+    assert re.search(r"\b2/2\b", plain) and plain.count("confirmed") >= 2
 
 
 def test_bash_completion(env, tmp_path):

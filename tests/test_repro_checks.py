@@ -11,9 +11,9 @@ import pytest
 from repro_support import INCIDENTS, check, finite, nan, verdict
 
 from kb.cli import main as kb_main
-from kb.errors import NotFound
+from kb.errors import InputError, NotFound
 from kb.repro.harness import Verdict, evaluate
-from kb.repro.runner import run_check
+from kb.repro.runner import run_all, run_check
 
 SEEDS = ["ms-swift-dpo-sp-nll-nan", "openrlhf-kto-vanilla-loss-nan", "trl-simpo-empty-response-nan",
          "xtuner-internlm2-fp16-overflow", "trl-reward-lora-fp16-head-nan"]
@@ -198,6 +198,18 @@ def test_runner_runs_a_check_in_a_subprocess_with_user_facts():
     assert nan(v.evidence["faulty"]["loss"]) and finite(v.evidence["fixed"]["loss"])  # NaN survived the JSON trip
     assert v.settings["max_length"] == 4096 and v.user_settings_trigger is True
     assert nan(v.evidence["user"]["loss"])
+
+
+@pytest.mark.slow  # two subprocesses import torch
+def test_run_all_runs_checks_at_once_and_keeps_the_id_order():
+    ids = ["trl-simpo-empty-response-nan", "colossalai-pretrain-truncation-nan"]  # not sorted: the order is given
+    seen: list[str] = []
+    vs = run_all(INCIDENTS, device="cpu", framework=False, ids=ids, jobs=2, timeout=120,
+                 on_done=lambda v: seen.append(v.incident_id))
+    assert [v.incident_id for v in vs] == ids and sorted(seen) == sorted(ids)
+    assert all(v.error is None and v.exit_code == 0 for v in vs)
+    with pytest.raises(InputError):
+        run_all(INCIDENTS, device="cpu", ids=ids, jobs=0)
 
 
 def _write_check(root: Path, incident_id: str, body: str) -> None:

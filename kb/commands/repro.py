@@ -24,6 +24,9 @@ def register(subparsers) -> None:
     p.add_argument("--tokenizer", help="local tokenizer folder for --data (no downloads)")
     p.add_argument("--limit", type=int, help="--data: check at most this many samples")
     p.add_argument("--timeout", type=float, default=180.0, help="seconds per check (default 180)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="--all: checks run at once, each in its own process (default 1; on a GPU machine most of "
+                        "a check's time is its process importing torch and starting CUDA)")
     p.add_argument("--no-framework", action="store_true", help="skip framework-level checks (trl, peft, ...)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=run)
@@ -87,7 +90,17 @@ def _run_all(args, lang: str):
 
     ids = runner.list_checks(args.incidents_dir)
     if args.quiet or args.json or not sys.stderr.isatty():
-        return runner.run_all(args.incidents_dir, args.device, timeout=args.timeout, framework=not args.no_framework)
+        return runner.run_all(args.incidents_dir, args.device, timeout=args.timeout, framework=not args.no_framework,
+                              jobs=args.jobs)
+    if args.jobs > 1:  # several run at once: the bar counts the finished ones and names the last
+        done: list[str] = []
+        with progress_bar(t("m.repro_all", lang), total=len(ids)) as update:
+            def finished(v) -> None:
+                done.append(v.incident_id)
+                update(len(done), len(ids), description=f"{t('m.repro_all', lang)}: {v.incident_id}")
+
+            return runner.run_all(args.incidents_dir, args.device, timeout=args.timeout,
+                                  framework=not args.no_framework, jobs=args.jobs, on_done=finished)
     verdicts = []
     with progress_bar(t("m.repro_all", lang), total=len(ids)) as update:
         for n, i in enumerate(ids):
