@@ -81,34 +81,25 @@ def _table(verdicts, lang: str):
 
 
 def _run_all(args, lang: str):
-    """Every check, one subprocess each (as runner.run_all), with a progress bar that names the running one."""
+    """Every check, one subprocess each (`--jobs` at once, as runner.run_all), with a progress bar that counts the
+    finished ones and names the last."""
     import sys
 
     from kb.commands._common import progress_bar
     from kb.commands._i18n import t
     from kb.repro import runner
 
-    ids = runner.list_checks(args.incidents_dir)
+    opts = {"timeout": args.timeout, "framework": not args.no_framework, "jobs": args.jobs}
     if args.quiet or args.json or not sys.stderr.isatty():
-        return runner.run_all(args.incidents_dir, args.device, timeout=args.timeout, framework=not args.no_framework,
-                              jobs=args.jobs)
-    if args.jobs > 1:  # several run at once: the bar counts the finished ones and names the last
-        done: list[str] = []
-        with progress_bar(t("m.repro_all", lang), total=len(ids)) as update:
-            def finished(v) -> None:
-                done.append(v.incident_id)
-                update(len(done), len(ids), description=f"{t('m.repro_all', lang)}: {v.incident_id}")
+        return runner.run_all(args.incidents_dir, args.device, **opts)
+    total = len(runner.list_checks(args.incidents_dir))
+    done: list[str] = []
+    with progress_bar(t("m.repro_all", lang), total=total) as update:
+        def finished(v) -> None:
+            done.append(v.incident_id)
+            update(len(done), total, description=f"{t('m.repro_all', lang)}: {v.incident_id}")
 
-            return runner.run_all(args.incidents_dir, args.device, timeout=args.timeout,
-                                  framework=not args.no_framework, jobs=args.jobs, on_done=finished)
-    verdicts = []
-    with progress_bar(t("m.repro_all", lang), total=len(ids)) as update:
-        for n, i in enumerate(ids):
-            update(n, len(ids), description=f"{t('m.repro_all', lang)}: {i}")
-            verdicts += runner.run_all(args.incidents_dir, args.device, timeout=args.timeout,
-                                       framework=not args.no_framework, ids=[i])
-        update(len(ids), len(ids))
-    return verdicts
+        return runner.run_all(args.incidents_dir, args.device, on_done=finished, **opts)
 
 
 def run(args) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -323,13 +323,18 @@ def _in_scope_or_fired(facts, cands) -> bool:
     return in_scope(facts) or bool(cands and cands[0].fired)
 
 
+def _hash_order(keys: Iterable[str], salt: str = "") -> list[str]:
+    """The distinct keys in an order drawn by a hash of `salt` and the key: deterministic, another salt another
+    order."""
+    import hashlib
+
+    return sorted(set(keys), key=lambda k: hashlib.sha256((salt + k).encode()).hexdigest())
+
+
 def _folds(keys: list[str], n: int, salt: str = "") -> list[int]:
     """Fold of each row: rows with the same key (thread, framework) always share a fold (deterministic; another
     `salt` draws another assignment)."""
-    import hashlib
-
-    distinct = sorted(set(keys), key=lambda k: hashlib.sha256((salt + k).encode()).hexdigest())
-    fold_of = {k: i % n for i, k in enumerate(distinct)}
+    fold_of = {k: i % n for i, k in enumerate(_hash_order(keys, salt))}
     return [fold_of[k] for k in keys]
 
 
@@ -397,6 +402,19 @@ def _confusion(rows: list[dict[str, Any]], pred: dict[int, tuple[str, bool]]) ->
     return dict(sorted(table.items(), key=lambda kv: (-kv[1]["n"], kv[0])))
 
 
+def _case_base(kb: Diagnoser, min_cases: int = 0) -> tuple[list, Any, list[dict[str, Any]], list[str]]:
+    """The cases, their index, the engine's view of each (`_case_views`) and every label a ranker chooses among
+    (the cases' and the curated incidents' categories, and out of scope)."""
+    from kb.diagnose import learned
+
+    cases = kb.cases
+    if len(cases) < min_cases:
+        raise InputError(f"the case base has {len(cases)} cases; cross-validation needs at least {min_cases}")
+    index = learned.CaseIndex.build(cases, kb.embedder, kb.data_dir / "cases-index.npz")
+    labels = sorted({learned.label_of(c) for c in cases} | {i.root_cause.category for i in kb.records.values()})
+    return cases, index, _case_views(kb, cases, index), labels
+
+
 def cross_validate(kb: Diagnoser, folds: int = 5, draws: int = 10) -> dict[str, Any]:
     """Out-of-fold numbers on the case base: the learned ranker grouped by thread and leave-one-framework-out,
     beside the rules-only engine and a plain hybrid-retrieval baseline, which are not fitted on cases at all.
@@ -405,14 +423,8 @@ def cross_validate(kb: Diagnoser, folds: int = 5, draws: int = 10) -> dict[str, 
     fold), so the grouped scheme is also run over `draws` fold assignments and reported as their mean and spread;
     the other rows, the per-case predictions and the confusion table use the first assignment."""
     from kb.canonical import canonical_framework
-    from kb.diagnose import learned
 
-    cases = kb.cases
-    if len(cases) < 2 * folds:
-        raise InputError(f"the case base has {len(cases)} cases; cross-validation needs at least {2 * folds}")
-    index = learned.CaseIndex.build(cases, kb.embedder, kb.data_dir / "cases-index.npz")
-    rows = _case_views(kb, cases, index)
-    labels = sorted({learned.label_of(c) for c in cases} | {i.root_cause.category for i in kb.records.values()})
+    cases, index, rows, labels = _case_base(kb, min_cases=2 * folds)
     out: dict[str, Any] = {"cases": len(cases), "threads": len({c.thread for c in cases}), "folds": folds}
     schemes = {
         "grouped by thread": _folds([c.thread for c in cases], folds),
@@ -467,15 +479,15 @@ def _out_of_fold(rows: list[dict[str, Any]], fold_of: list[int], labels: list[st
 
 
 def _draws(rows: list[dict[str, Any]], labels: list[str], threads: list[str], folds: int, draws: int,
-           first: dict[str, Any]) -> dict[str, Any]:
-    """The grouped scheme over `draws` fold assignments (the first is `first`, already scored): mean of each
-    number, and top-1's standard deviation, lowest and highest."""
-
-    scores = [first]
-    for d in range(1, draws):
-        fold_of = _folds(threads, folds, salt=f"draw-{d}:")
-        scores.append(_score(rows, _out_of_fold(rows, fold_of, labels, threads)))
-    out: dict[str, Any] = {"n_in": first["n_in"], "n_out": first["n_out"]}
+           first: dict[str, Any] | None = None, share: float = 1.0) -> dict[str, Any]:
+    """The grouped scheme over `draws` fold assignments (the first one's score may be given as `first`, already
+    computed), each fold's ranker fitted on `share` of its training threads: mean of each number, and top-1's
+    standard deviation, lowest and highest."""
+    scores = [first] if first is not None else []
+    for d in range(len(scores), draws):
+        fold_of = _folds(threads, folds, salt=f"draw-{d}:" if d else "")
+        scores.append(_score(rows, _out_of_fold(rows, fold_of, labels, threads, share, f"share-{d}:")))
+    out: dict[str, Any] = {"n_in": scores[0]["n_in"], "n_out": scores[0]["n_out"]}
     for k in ("top1", "in_abstained", "out_abstained"):
         vals = [s[k] for s in scores if s[k] is not None]
         out[k] = round(float(np.mean(vals)), 3) if vals else None
@@ -488,9 +500,7 @@ def _draws(rows: list[dict[str, Any]], labels: list[str], threads: list[str], fo
 def _keep_share(train: list[int], threads: list[str], share: float, salt: str) -> list[int]:
     """The training rows of `share` of the training threads, drawn by a hash of `salt` and the thread: whole
     threads, and a smaller share keeps a subset of what a larger one keeps (the curve adds cases, never swaps)."""
-    import hashlib
-
-    distinct = sorted({threads[j] for j in train}, key=lambda t: hashlib.sha256((salt + t).encode()).hexdigest())
+    distinct = _hash_order((threads[j] for j in train), salt)
     kept = set(distinct[:max(1, round(share * len(distinct)))])
     return [j for j in train if threads[j] in kept]
 
@@ -500,31 +510,20 @@ def learning_curve(kb: Diagnoser, shares: Sequence[float] = (0.25, 0.5, 0.75, 1.
     """How out-of-fold quality grows with the case base: the grouped scheme of `cross_validate` over `draws` fold
     assignments, each fold's ranker fitted on only `share` of its training threads (test folds unchanged, so every
     share answers the same reports). Share 1.0 is `cross_validate`'s mean of fold draws."""
-    from kb.diagnose import learned
-
-    cases = kb.cases
-    if len(cases) < 2 * folds:
-        raise InputError(f"the case base has {len(cases)} cases; a learning curve needs at least {2 * folds}")
     if not shares or any(not 0.0 < s <= 1.0 for s in shares):
         raise InputError("shares must lie in (0, 1]")
-    index = learned.CaseIndex.build(cases, kb.embedder, kb.data_dir / "cases-index.npz")
-    rows = _case_views(kb, cases, index)
-    labels = sorted({learned.label_of(c) for c in cases} | {i.root_cause.category for i in kb.records.values()})
+    cases, _, rows, labels = _case_base(kb, min_cases=2 * folds)
     threads = [c.thread for c in cases]
     points = []
     for share in sorted(set(shares)):
-        scores, sizes = [], []
+        mean = _draws(rows, labels, threads, folds, draws, share=share)
+        sizes = []  # training rows per fold, as _out_of_fold keeps them
         for d in range(draws):
-            salt = f"draw-{d}:" if d else ""
-            fold_of = _folds(threads, folds, salt=salt)
-            scores.append(_score(rows, _out_of_fold(rows, fold_of, labels, threads, share, f"share-{d}:")))
-            sizes.append(np.mean([len(_keep_share([j for j, x in enumerate(fold_of) if x != f], threads, share,
-                                                  f"share-{d}:")) for f in range(folds)]))
-        top = [s["top1"] for s in scores]
+            fold_of = _folds(threads, folds, salt=f"draw-{d}:" if d else "")
+            sizes += [len(_keep_share([j for j, x in enumerate(fold_of) if x != f], threads, share, f"share-{d}:"))
+                      for f in range(folds)]
         points.append({"share": share, "train_cases": round(float(np.mean(sizes)), 1),
-                       **{k: round(float(np.mean([s[k] for s in scores])), 3)
-                          for k in ("top1", "in_abstained", "out_abstained")},
-                       "top1_sd": round(float(np.std(top, ddof=1)), 3) if len(top) > 1 else 0.0})
+                       **{k: mean[k] for k in ("top1", "in_abstained", "out_abstained", "top1_sd")}})
     return {"cases": len(cases), "threads": len(set(threads)), "folds": folds, "draws": draws, "points": points}
 
 
@@ -560,10 +559,7 @@ def fit_case_ranker(kb: Diagnoser, out: Path | None = None) -> dict[str, Any]:
     """Fit the ranker on every case and write kb/diagnose/learned.json (what `kb diagnose` uses)."""
     from kb.diagnose import learned
 
-    cases = kb.cases
-    index = learned.CaseIndex.build(cases, kb.embedder, kb.data_dir / "cases-index.npz")
-    rows = _case_views(kb, cases, index)
-    labels = sorted({learned.label_of(c) for c in cases} | {i.root_cause.category for i in kb.records.values()})
+    cases, _, rows, labels = _case_base(kb)
     everyone = list(range(len(rows)))
     ranker, _ = _fit_predict(rows, everyone, [], labels)
     meta = {"fitted_on": f"{len(cases)} cases (kb eval --cv --fit)"}
