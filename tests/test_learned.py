@@ -153,6 +153,17 @@ def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_writes_
     assert sum(t["n"] for t in conf.values()) == len(chosen)
     assert all(t["right"] + sum(t["went_to"].values()) == t["n"] for t in conf.values())
     assert "where the misses went" in format_cv(report) and "over 4 fold assignments" in format_cv(report)
+    # The shown confidence's reliability counts every report once, and its right answers are the table's.
+    check = report["confidence"]
+    assert sum(b["n"] for b in check["bins"]) == len(chosen)
+    assert round(sum(b["n"] * b["correct"] for b in check["bins"] if b["n"])) == sum(
+        t["right"] for t in conf.values())
+    assert 0.0 <= check["ece"] <= 1.0
+    answered = [x["answered"] for x in check["in_scope_by_confidence"]]
+    assert answered == sorted(answered, reverse=True) and answered[0] <= 1.0
+    assert "expected calibration error" in format_cv(report)
+    by_lang = [report[f"  of which reports in {lang}"] for lang in ("zh", "en")]
+    assert sum(r["n_in"] for r in by_lang) == 14 and sum(r["n_out"] for r in by_lang) == 10
 
     # The learning curve's whole-case-base point is the same measurement as the mean of fold draws above; a smaller
     # share fits on fewer cases and answers the same reports.
@@ -241,6 +252,22 @@ def test_the_rules_lead_only_when_they_are_the_more_confident(rules, probs, firs
     # "nan" keeps the report in scope for the scope rules (a symptom), so only the ordering is under test.
     view.facts.set("nan_metrics", ["loss"], "text", None, "loss nan")
     assert labels[learned.ranked(view, np.array(probs), labels, "loss nan")[0]] == first
+
+
+def test_the_confidence_shown_is_the_rankers_unless_the_rules_put_the_same_label_first_and_are_surer():
+    from kb.facts import Facts
+
+    labels = ["ranker-cause", "rule-cause", OUT_OF_SCOPE]
+    view = learned.QueryView(facts=Facts(), category_scores={"rule-cause": 0.64}, fired={"rule-cause"},
+                             engine_top="rule-cause", sims=np.zeros(0))
+    shown = learned.shown_probabilities(view, np.array([0.2, 0.5, 0.3]), labels, [1, 2, 0])
+    assert list(shown) == ["rule-cause", OUT_OF_SCOPE, "ranker-cause"]  # best first
+    assert shown == {"rule-cause": 0.64, OUT_OF_SCOPE: 0.3, "ranker-cause": 0.2}
+    # The rules' score lifts only their own first label, and never lowers the ranker's.
+    shown = learned.shown_probabilities(view, np.array([0.7, 0.1, 0.2]), labels, [0, 2, 1])
+    assert shown == {"ranker-cause": 0.7, OUT_OF_SCOPE: 0.2, "rule-cause": 0.1}
+    shown = learned.shown_probabilities(view, np.array([0.1, 0.8, 0.1]), labels, [1, 0, 2])
+    assert shown["rule-cause"] == 0.8
 
 
 def test_a_mechanism_the_reports_algorithm_rules_out_neither_leads_nor_scores():

@@ -453,9 +453,7 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
         probs = engine / engine.sum() if engine.sum() > 0 else probs
         order = [int(i) for i in np.argsort(-engine, kind="stable")]
     best = labels[order[0]]
-    prob = {labels[i]: float(probs[i]) for i in order}
-    if best == view.engine_top:
-        prob[best] = max(prob[best], view.category_scores.get(best, 0.0))  # the rules' calibrated confidence
+    prob = learned.shown_probabilities(view, probs, labels, order)
     differential = [LabelProbability(category=labels[i], probability=round(prob[labels[i]], 3)) for i in order[:4]]
     top_label_cases = [i for i in nbrs if case_labels[i] == best]
     similar = [SimilarReport(id=index.cases[i].id, url=index.cases[i].url, title=index.cases[i].title,

@@ -365,7 +365,8 @@ def _fit_predict(rows: list[dict[str, Any]], train: list[int], test: list[int], 
                                       text_scores[j])
         p = ranker.probabilities(phi)
         order = learned.ranked(rows[j]["view"], p, labels, rows[j]["text"])
-        preds[j] = (labels[order[0]], float(p[order[0]]), [labels[i] for i in order[:3]])
+        shown = learned.shown_probabilities(rows[j]["view"], p, labels, order)  # what kb diagnose would show
+        preds[j] = (labels[order[0]], shown[labels[order[0]]], [labels[i] for i in order[:3]])
     return ranker, preds
 
 
@@ -389,7 +390,7 @@ def _confusion(rows: list[dict[str, Any]], pred: dict[int, tuple[str, bool]]) ->
     from kb.diagnose import learned
 
     table: dict[str, dict[str, Any]] = {}
-    for j, (lab, _) in pred.items():
+    for j, (lab, *_) in pred.items():
         true = learned.label_of(rows[j]["case"])
         t = table.setdefault(true, {"n": 0, "right": 0, "went_to": {}})
         t["n"] += 1
@@ -400,6 +401,31 @@ def _confusion(rows: list[dict[str, Any]], pred: dict[int, tuple[str, bool]]) ->
     for t in table.values():
         t["went_to"] = dict(sorted(t["went_to"].items(), key=lambda kv: (-kv[1], kv[0])))
     return dict(sorted(table.items(), key=lambda kv: (-kv[1]["n"], kv[0])))
+
+
+CONFIDENCE_BINS = (0.0, 0.25, 0.5, 0.75, 0.9, 1.0)
+COMMIT_AT = (0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def _confidence_check(rows: list[dict[str, Any]], pred: dict[int, tuple[str, bool, float]]) -> dict[str, Any]:
+    """Is the confidence `kb diagnose` shows a probability? Every report's out-of-fold answer (out of scope
+    included: an out-of-scope report answered "out of scope" is right) binned by the confidence shown for it, the
+    expected calibration error (the bins' |mean confidence - share right|, weighted by size), and, for the in-scope
+    reports, how many are answered with a category at each confidence or more and how often that category is right
+    (what trusting only confident answers buys)."""
+    from kb.diagnose import learned
+
+    truth = {j: learned.label_of(rows[j]["case"]) for j in pred}
+    results = [{"confidence": a[2], "rank": 1 if a[0] == truth[j] else 0} for j, a in pred.items()]
+    bins = reliability(results, CONFIDENCE_BINS)
+    ece = sum(b["n"] * abs(b["mean_confidence"] - b["correct"]) for b in bins if b["n"]) / max(1, len(results))
+    ins = [j for j in pred if rows[j]["case"].scope == "in"]
+    commit = []
+    for t in COMMIT_AT:
+        said = [j for j in ins if pred[j][0] != learned.OUT_OF_SCOPE and pred[j][2] >= t]
+        commit.append({"at_least": t, "answered": round(len(said) / len(ins), 3) if ins else None,
+                       "right": round(sum(pred[j][0] == truth[j] for j in said) / len(said), 3) if said else None})
+    return {"bins": bins, "ece": round(ece, 3), "in_scope_by_confidence": commit}
 
 
 def _case_base(kb: Diagnoser, min_cases: int = 0) -> tuple[list, Any, list[dict[str, Any]], list[str]]:
@@ -443,9 +469,13 @@ def cross_validate(kb: Diagnoser, folds: int = 5, draws: int = 10) -> dict[str, 
                 out[label] = _variant_score(kb, cases, index, rows, fold_of, labels, text_of)
         # Every case's out-of-fold answer (an abstention is "out-of-scope"), for comparisons on a subset (e.g.
         # scripts/blind_reader.py, which sets a reader's labels beside the engine's on the same reports).
-        out.setdefault("predictions", {})[name] = {cases[j].id: lab for j, (lab, _) in sorted(preds.items())}
+        out.setdefault("predictions", {})[name] = {cases[j].id: a[0] for j, a in sorted(preds.items())}
         if name == "grouped by thread":
             out["confusion"] = _confusion(rows, preds)
+            out["confidence"] = _confidence_check(rows, preds)
+            for lang in ("zh", "en"):  # the reporter's language: a third of the reports are Chinese
+                out[f"  of which reports in {lang}"] = _score(rows, {j: a for j, a in preds.items()
+                                                                     if cases[j].lang == lang})
             # The curated incidents (and their triggers) were written from some of these threads: even answered
             # without the incident of their own thread, those reports are the rules' home ground, so they are
             # also reported apart.
@@ -460,12 +490,13 @@ def cross_validate(kb: Diagnoser, folds: int = 5, draws: int = 10) -> dict[str, 
 
 
 def _out_of_fold(rows: list[dict[str, Any]], fold_of: list[int], labels: list[str], threads: list[str],
-                 share: float = 1.0, salt: str = "") -> dict[int, tuple[str, bool]]:
-    """Every row's answer from a ranker fitted without its fold: (label, abstained). With `share` < 1 each fold's
-    ranker sees only that share of its training threads (`_keep_share`; the learning curve)."""
+                 share: float = 1.0, salt: str = "") -> dict[int, tuple[str, bool, float]]:
+    """Every row's answer from a ranker fitted without its fold: (label, abstained, the confidence shown for it).
+    With `share` < 1 each fold's ranker sees only that share of its training threads (`_keep_share`; the learning
+    curve)."""
     from kb.diagnose import learned
 
-    preds: dict[int, tuple[str, bool]] = {}
+    preds: dict[int, tuple[str, bool, float]] = {}
     for f in sorted(set(fold_of)):
         test = [j for j, x in enumerate(fold_of) if x == f]
         train = [j for j, x in enumerate(fold_of) if x != f]
@@ -474,7 +505,7 @@ def _out_of_fold(rows: list[dict[str, Any]], fold_of: list[int], labels: list[st
         # No thread may sit on both sides (schemes group by thread or by framework, both finer than that).
         assert not {threads[j] for j in test} & {threads[j] for j in train}
         _, p = _fit_predict(rows, train, test, labels)
-        preds.update({j: (lab, lab == learned.OUT_OF_SCOPE) for j, (lab, _, _) in p.items()})
+        preds.update({j: (lab, lab == learned.OUT_OF_SCOPE, conf) for j, (lab, conf, _) in p.items()})
     return preds
 
 
@@ -582,6 +613,16 @@ def format_cv(report: dict[str, Any]) -> str:
             lines.append(f"grouped by thread over {r['draws']} fold assignments: top-1 {_fmt(r['top1'])} on average, "
                          f"sd {_fmt(r['top1_sd'])}, {_fmt(r['top1_min'])}-{_fmt(r['top1_max'])} (the other rows use "
                          "the first assignment)")
+    if report.get("confidence"):
+        c = report["confidence"]
+        lines.append(f"out of fold, grouped by thread: the confidence shown against how often the answer was right "
+                     f"(expected calibration error {_fmt(c['ece'])})")
+        lines.extend(f"  {b['bin']}: {b['n']:>4} reports, mean confidence {_fmt(b['mean_confidence'])}, right "
+                     f"{_fmt(b['correct'])}" for b in c["bins"])
+        lines.append("  in-scope reports answered with a category at this confidence or more: share answered, "
+                     "share of those right")
+        lines.extend(f"  >= {x['at_least']:.2f}: {_fmt(x['answered'])} answered, {_fmt(x['right'])} right"
+                     for x in c["in_scope_by_confidence"])
     if report.get("confusion"):
         lines.append("out of fold, grouped by thread: per true label, right / n, and where the misses went")
         for lab, t in report["confusion"].items():

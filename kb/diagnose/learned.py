@@ -617,6 +617,18 @@ def ranked(view: QueryView, probs: np.ndarray, labels: Sequence[str], text: str 
     return order
 
 
+def shown_probabilities(view: QueryView, probs: np.ndarray, labels: Sequence[str], order: Sequence[int]
+                        ) -> dict[str, float]:
+    """The probability shown per label, best first (`order`): the ranker's, except that a first label the rules put
+    first too keeps the rules' own calibrated confidence when that is higher. `kb diagnose` shows these, and
+    `kb eval --cv` measures their reliability out of fold."""
+    prob = {labels[i]: float(probs[i]) for i in order}
+    best = labels[order[0]] if len(order) else None
+    if best is not None and best == view.engine_top:
+        prob[best] = max(prob[best], view.category_scores.get(best, 0.0))
+    return prob
+
+
 def label_matrix(view: QueryView, all_labels: Sequence[str], case_labels: Sequence[str], usable: np.ndarray,
                  prior: dict[str, float], text: str, text_scores: TextScores | None = None
                  ) -> tuple[np.ndarray, list[int]]:
