@@ -346,6 +346,29 @@ def test_prose_metrics_in_both_languages():
     assert {"loss", "grad_norm"} <= set(f["nan_metrics"])
 
 
+# Settings a paste states without using them (real pastes of the case base: a pip pin, a switch set off, the
+# library an ms-swift full fine-tune names as its tuner backend, an environment dump's package list).
+@pytest.mark.parametrize(("text", "want", "absent"), [
+    ("deepspeed==0.10.3\ntorch==2.1.0+cu118", {"deepspeed_version": "0.10.3"}, ["deepspeed_config"]),
+    ("swift sft --tuner_backend peft --train_type full --torch_dtype float32 --fp16 false",
+     {"finetuning_type": "full", "weights_dtype": "fp32", "precision": "fp32"}, ["use_peft"]),
+    ("python train.py --fp16 false --bf16 true", {"precision": "bf16"}, []),
+    ("python train.py --vanilla_loss x.py", {"vanilla_loss": True}, []),
+    ("--flash_attn False", {}, ["attn_implementation"]),
+    ("flash_attn: auto", {}, ["attn_implementation"]),
+    ("use_flash_attn=False", {}, ["attn_implementation"]),
+    ("flash_attn: disabled", {"attn_implementation": "eager"}, []),
+    ("--flash_attn fa2", {"attn_implementation": "flash_attention_2"}, []),
+    ("- PEFT version: 0.12.0", {"peft_version": "0.12.0"}, ["use_peft"]),
+    ("peft==0.12.0", {"peft_version": "0.12.0"}, ["use_peft"]),
+    ("LoRA fine-tuning with peft, the loss is nan", {"use_peft": True}, []),
+])
+def test_a_setting_stated_but_not_used_is_not_a_fact_of_the_run(text, want, absent):
+    f = values(text)
+    assert {k: f.get(k) for k in want} == want
+    assert not set(absent) & set(f), {k: f[k] for k in absent if k in f}
+
+
 @pytest.mark.parametrize(("text", "key", "name"), [
     ("训练到某一步后 kl 指标变为 NaN", "nan_metrics", "kl"),
     ("kl 变成了 nan", "nan_metrics", "kl"),

@@ -15,6 +15,7 @@ from kb.canonical import (
     canonical,
     canonical_algorithm,
     canonical_key,
+    parse_bool,
     said_as_fix,
     spec,
 )
@@ -23,7 +24,8 @@ from kb.facts.model import Facts
 
 # Linear: the value is everything after the separator; trailing spaces and a comma are stripped in Python (a lazy
 # `.*?` followed by `\s*,?\s*$` backtracked cubically on a line of spaces).
-_KV_LINE = re.compile(r"^[ \t]*(?:-[ \t]+)?[\"']?(?P<k>[A-Za-z_][\w.\-/]*)[\"']?[ \t]*(?P<sep>[:=])(?P<v>.*)$")
+# `deepspeed==0.10.3` is a pinned package, not `deepspeed = "=0.10.3"`.
+_KV_LINE = re.compile(r"^[ \t]*(?:-[ \t]+)?[\"']?(?P<k>[A-Za-z_][\w.\-/]*)[\"']?[ \t]*(?P<sep>:|=(?!=))(?P<v>.*)$")
 _BLOCK_OPEN = re.compile(r"^[ \t]*(?:-[ \t]+)?[\"']?(?P<k>[A-Za-z_][\w.\-/]*)[\"']?[ \t]*[:=][ \t]*"
                          r"(?:(?:\{|dict\()[ \t]*)?(?:#.*)?$")
 _INLINE_KV = re.compile(r"(?<![\w.\-])(?P<k>[A-Za-z_][\w.]*)\s*(?<![=!<>])=(?!=)\s*"
@@ -48,6 +50,14 @@ def _is_bool(raw_key: str) -> bool:
     k = canonical_key(raw_key)
     sp = spec(k) if k else None
     return (sp is not None and sp.kind == "bool") or raw_key.lower().strip("-") in PRECISION_FLAGS
+
+
+def _set_flag(facts: Facts, raw_key: str, value: str, n: int, detail: str, source: str, fix: bool = False) -> None:
+    """`--key value` on a command line. A switch followed by something that is not a value is on, the word after
+    it a positional (`--vanilla_loss x.py`); `--fp16 false` is the switch set off, which says nothing."""
+    if _set_config(facts, raw_key, value, n, detail, source, fix=fix) is None and value != "true" \
+            and _is_bool(raw_key) and parse_bool(value) is None:
+        _set_config(facts, raw_key, "true", n, detail, source)
 
 
 def strip_comment(v: str) -> str:
@@ -341,11 +351,8 @@ def inline(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         if "--" in s:
             for m in _FLAG.finditer(s):
                 v = m.group("v")
-                val = _clean_value(v) if v else "true"
-                key = _set_config(facts, m.group("k"), val, n, s.strip(), source,
-                                  fix=said_as_fix(s, m.start(), m.end()))
-                if key is None and v and _is_bool(m.group("k")):  # `--vanilla_loss x.py`: a flag, then a positional
-                    _set_config(facts, m.group("k"), "true", n, s.strip(), source)
+                _set_flag(facts, m.group("k"), _clean_value(v) if v else "true", n, s.strip(), source,
+                          fix=said_as_fix(s, m.start(), m.end()))
         for m in _PROSE_KV.finditer(s):
             if canonical_key(m.group("k")) and not re.search(r"[:=]\s*$", s[: m.start()]):
                 _set_config(facts, m.group("k"), m.group("v"), n, s.strip(), source, kind="text",
@@ -462,8 +469,7 @@ def command(n: int, cmd: str, facts: Facts, source: str) -> None:
             else:
                 k, v = t[2:], "true"
                 i += 1
-            if _set_config(facts, k, _clean_value(v), n, detail, source) is None and v != "true" and _is_bool(k):
-                _set_config(facts, k, "true", n, detail, source)
+            _set_flag(facts, k, _clean_value(v), n, detail, source)
             continue
         if "=" in t and not t.startswith("-"):
             k, v = t.split("=", 1)

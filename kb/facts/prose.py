@@ -45,7 +45,9 @@ _SP = re.compile(r"sequence[ _-]parallel|序列并行|ring[ _-]?attn|ring[ _-]at
                  r"各个?\s*rank|不同的?卡)", re.IGNORECASE)
 _ZERO = re.compile(r"\bzero[ _-]?(?:stage[ _-]?)?([123])\b|\bds_z([123])|\bstage[ _-]?([123])\b", re.IGNORECASE)
 _ATTN = (
-    (re.compile(r"flash[ _-]?attn|flash[ _-]?attention|\bfa2\b", re.IGNORECASE), "flash_attention_2"),
+    # not when the name is a switch set off or left to the default (`--flash_attn False`, `flash_attn: auto`)
+    (re.compile(r"(?:flash[ _-]?attn|flash[ _-]?attention|\bfa2\b)(?:_?2)?"
+                r"(?![ \t]*[:=]?[ \t]*[\"']?(?:false|no|off|0|none|auto|disabled)\b)", re.IGNORECASE), "flash_attention_2"),
     (re.compile(r"\bsdpa\b|scaled_dot_product_attention", re.IGNORECASE), "sdpa"),
     (re.compile(r"\beager\b attention|attn_implementation\W+eager", re.IGNORECASE), "eager"),
 )
@@ -211,7 +213,10 @@ _ALGO_AMBIGUOUS = {"rm", "pt", "reward", "gae"}
 _FAMILY_RX = [(fam, re.compile(rx, re.IGNORECASE)) for fam, rx in MODEL_FAMILIES]
 _SHIFT_ATTN = re.compile(r"S(?:\^?2|²)[- ]?attn|S(?:\^?2|²)[- ]Attention|shift(?:ed)?[_ ]attn|shifted sparse attention|"
                          r"LongLoRA", re.IGNORECASE)
-_LORA = re.compile(r"\blora\b|\bqlora\b|peft", re.IGNORECASE)
+# "peft" names adapters in use, not the library installed (`PEFT version: 0.12.0`, `peft==0.12.0`) nor ms-swift's
+# `--tuner_backend peft`, which a full fine-tune passes too.
+_LORA = re.compile(r"\blora\b|\bqlora\b|(?<!tuner_backend )(?<!tuner_backend=)\bpeft\b"
+                   r"(?![ \t]*(?:version|==|>=|<=|~=|:[ \t]*v?\d|v?\d))", re.IGNORECASE)
 
 
 def _alias_regex(alias: str) -> re.Pattern[str]:
