@@ -240,6 +240,33 @@ def test_out_of_scope_report_gets_the_not_a_divergence_route(real_kb):
     assert real_kb.diagnose(text=crash + "\nwith fp32 it runs, but the loss is nan from step 2").scope == "in"
 
 
+def test_an_answer_quotes_how_often_answers_as_confident_were_right_on_reports_kb_had_not_seen(real_kb, capsys,
+                                                                                              tmp_path):
+    from kb.cli import main
+
+    ranker = real_kb.case_model()[1]
+    record = ranker.track_record
+    assert record is not None, "refit with `kb eval --cv --fit`: it writes the track record beside the weights"
+    assert record["reports"] == len(real_kb.cases) == sum(b["n"] for b in record["bins"])
+    for text in ("DPO training with fp16 on V100, loss becomes nan after 300 steps",
+                 "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"):
+        d = real_kb.diagnose(text=text)
+        first = d.differential[0].probability  # the confidence shown for the first answer, out of scope included
+        band = next(b for b in record["bins"] if b["bin"] == d.track_record.band)
+        lo, hi = (float(x) for x in band["bin"].split("-"))
+        assert lo <= first <= hi
+        assert (d.track_record.reports, d.track_record.right, d.track_record.of) == (
+            band["n"], band["correct"], len(real_kb.cases))
+    paste = tmp_path / "report.txt"
+    paste.write_text("DPO training with fp16 on V100, loss becomes nan after 300 steps\n", encoding="utf-8")
+    assert main(["--data-dir", str(real_kb.data_dir), "--incidents-dir", str(real_kb.incidents_dir), "diagnose",
+                 str(paste)]) == 0
+    out = capsys.readouterr().out
+    assert "answers this confident (" in out and f"of {len(real_kb.cases)} real reports it had not seen" in out
+    # A trainer's live facts are ranked by the rules, which the record does not describe.
+    assert real_kb.diagnose(facts={"nan_metrics": ["loss"], "precision": "fp16", "first_bad_step": 3}).track_record is None
+
+
 @pytest.mark.slow
 def test_reports_that_are_not_about_a_training_divergence_go_out_of_scope_whatever_they_resemble(real_kb):
     # Nothing went NaN / inf / zero and nothing diverged.

@@ -116,6 +116,16 @@ def test_one_message_renders_for_every_platform():
     assert "0.82" in to_text(msg)
 
 
+def test_the_bots_quote_the_track_record_in_the_users_language():
+    rec = {"band": "0.75-0.90", "reports": 112, "right": 0.812, "of": 670}
+    msg = from_diagnosis({**DIAGNOSIS, "track_record": rec})
+    assert "answers this confident (0.75-0.90) were right 81 % of the time (112 of 670 unseen reports)" in msg.notes
+    assert "81 % of the time" in to_text(msg)
+    zh = from_diagnosis({**DIAGNOSIS, "track_record": rec, "lang": "zh"})
+    assert "置信度 0.75-0.90 的回答有 81% 是对的（112/670 份未见过的报告）" in zh.notes
+    assert not any("of the time" in n for n in from_diagnosis(DIAGNOSIS).notes)  # never measured: nothing said
+
+
 def test_abstention_and_chinese_labels():
     msg = from_diagnosis({"diagnoses": [], "abstained": True, "reason": "no signal", "lang": "zh"})
     assert msg.abstained and msg.heading == "知识库中没有足够匹配的事件" and msg.notes == ["no signal"]

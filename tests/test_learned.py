@@ -177,9 +177,12 @@ def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_writes_
         learning_curve(kb, (0.0, 1.0), folds=3, draws=1)
 
     out = tmp_path / "learned.json"
-    fit_case_ranker(kb, out=out)
+    assert fit_case_ranker(kb, out=out)["track_record"] is False  # no report: weights only
+    assert learned.Ranker.load(out).track_record is None
+    assert fit_case_ranker(kb, out=out, report=report)["track_record"] is True
     ranker = learned.Ranker.load(out)
     assert ranker is not None and len(ranker.weights) == len(learned.FEATURES)
+    assert ranker.track_record["bins"] == report["confidence"]["bins"] and ranker.track_record["reports"] == 24
     text = TextModel.for_cases(chosen)
     assert text is not None and text.categories == ["fp16-overflow", "framework-bug"]
 
@@ -268,6 +271,24 @@ def test_the_confidence_shown_is_the_rankers_unless_the_rules_put_the_same_label
     assert shown == {"ranker-cause": 0.7, OUT_OF_SCOPE: 0.2, "rule-cause": 0.1}
     shown = learned.shown_probabilities(view, np.array([0.1, 0.8, 0.1]), labels, [1, 0, 2])
     assert shown["rule-cause"] == 0.8
+
+
+def test_the_track_record_quotes_the_band_of_a_confidence_and_keeps_quiet_on_thin_bands(tmp_path):
+    bins = [{"bin": "0.00-0.50", "n": 5, "correct": 0.2, "mean_confidence": 0.3},
+            {"bin": "0.50-0.90", "n": 40, "correct": 0.7, "mean_confidence": 0.7},
+            {"bin": "0.90-1.00", "n": 60, "correct": 0.95, "mean_confidence": 0.97}]
+    ranker = learned.Ranker(track_record={"reports": 105, "bins": bins})
+    assert ranker.record_for(0.6) == {"band": "0.50-0.90", "reports": 40, "right": 0.7, "of": 105}
+    assert ranker.record_for(0.9)["band"] == ranker.record_for(1.0)["band"] == "0.90-1.00"
+    assert ranker.record_for(0.3) is None  # 5 reports say too little
+    assert learned.Ranker().record_for(0.6) is None  # never measured
+    # A saved record comes back; a damaged one is dropped, the weights still load.
+    path = tmp_path / "learned.json"
+    ranker.save(path, {"track_record": ranker.track_record})
+    assert learned.Ranker.load(path).record_for(0.6)["right"] == 0.7
+    ranker.save(path, {"track_record": {"bins": [{"n": 3}]}})
+    loaded = learned.Ranker.load(path)
+    assert loaded is not None and loaded.track_record is None
 
 
 def test_a_mechanism_the_reports_algorithm_rules_out_neither_leads_nor_scores():

@@ -98,6 +98,13 @@ def from_diagnosis(diagnosis: Any, lang: str = "en", max_items: int = 3) -> Mess
         r = d["similar_reports"][0]
         notes.append(_clip(f"seen in {d['seen_in']} similar report(s), e.g. {r.get('url', '')}"))
     lang = d.get("lang") or lang
+    rec = d.get("track_record")
+    if rec:  # how often answers this confident were right on reports kb had not seen
+        pct = round(100 * float(rec.get("right", 0)))
+        notes.append(_clip(f"置信度 {rec.get('band')} 的回答有 {pct}% 是对的（{rec.get('reports')}/{rec.get('of')} 份未见过的报告）"
+                           if lang == "zh" else
+                           f"answers this confident ({rec.get('band')}) were right {pct} % of the time "
+                           f"({rec.get('reports')} of {rec.get('of')} unseen reports)"))
     labels = LABELS.get(lang, LABELS["en"])
     return Message(heading=labels["nothing"] if abstained else labels["diagnosis"], lang=lang, items=items,
                    notes=notes, abstained=abstained)

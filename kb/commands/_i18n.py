@@ -51,6 +51,9 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "m.candidates": ("candidates: ", "候选："),
     "m.unsure_ask": ("not settled yet: answering these would tell the candidates apart:",
                      "尚不能确定：回答下面的问题可以区分这些候选原因："),
+    "m.track_record": (("answers this confident ({band}) were right {pct:.0f} % of the time: {reports} of {of} real "
+                        "reports it had not seen fell in that band"),
+                       "置信度在 {band} 的回答有 {pct:.0f}% 是对的：{of} 份未见过的真实报告中有 {reports} 份落在这一档"),
     "m.seen_in": ("seen in {n} similar real report(s):", "在 {n} 个相似的真实报告中见过："),
     "m.similar_other": ("similar real reports (none of them with this cause):",
                         "相似的真实报告（原因都与此不同）："),

@@ -132,6 +132,9 @@ def _print(args, res) -> int:
     if rows:
         show(table(["#", t("h.category", lang), t("h.conf", lang), t("h.incident", lang), t("h.title", lang)], rows,
                    wide=[4]))
+    if res.track_record:
+        r = res.track_record
+        echo(t("m.track_record", lang, band=r.band, pct=100 * r.right, reports=r.reports, of=r.of))
     for i, d in enumerate(res.diagnoses, 1):
         echo(f"\n{i}. {d.category} ({d.confidence:.2f}) — {d.incident_id}", style="bold")
         if d.decided_by:

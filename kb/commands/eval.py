@@ -43,7 +43,7 @@ def run(args) -> int:
         kb = open_kb(args)
         report = cross_validate(kb, folds=max(2, args.folds), draws=max(1, min(args.draws, 100)))
         if args.fit:
-            report["fit"] = fit_case_ranker(kb)
+            report["fit"] = fit_case_ranker(kb, report=report)
         print_json(report) if args.json else print(format_cv(report) + (f"\nfitted: {report['fit']}"
                                                                        if args.fit else ""))
         return 0

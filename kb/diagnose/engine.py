@@ -20,7 +20,7 @@ from kb.cues import score_query
 from kb.diagnose import learned
 from kb.diagnose.learned import CaseIndex, Ranker
 from kb.diagnose.models import Candidate as LabelProbability
-from kb.diagnose.models import Diagnosis, DiagnosisItem, Evidence, Question, SimilarReport
+from kb.diagnose.models import Diagnosis, DiagnosisItem, Evidence, Question, SimilarReport, TrackRecord
 from kb.diagnose.signatures import MaskedLines, SignatureHit, match_signatures
 from kb.errors import KBError
 from kb.facts import Fact, Facts, check_text, facts_from_mapping
@@ -445,7 +445,8 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
                                      ranker.text_scores(whole))
     probs = ranker.probabilities(phi)
     order = learned.ranked(view, probs, labels, whole)
-    if any(f.kind == "trainer" for f in facts.items.values()):
+    trainer = any(f.kind == "trainer" for f in facts.items.values())
+    if trainer:
         # Facts observed in a running trainer (or a run folder) are not the kind of input the ranker was fitted
         # on (text reports): the rules, which encode each mechanism, rank them; the case base still supplies
         # similar reports and questions.
@@ -461,6 +462,10 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
                              fix=index.cases[i].fix) for i in (top_label_cases or nbrs)[:5]]
     out = Diagnosis(facts=facts.to_dict(), warnings=warnings, lang=lang, differential=differential,
                     similar_reports=similar, seen_in=len(top_label_cases))
+    # The track record was measured on text reports answered by the ranker; a trainer's facts are ranked by the
+    # rules, which it does not describe.
+    record = None if trainer else ranker.record_for(prob[best])
+    out.track_record = TrackRecord(**record) if record else None
     if best == learned.OUT_OF_SCOPE:
         kinds = Counter(index.cases[i].out_of_scope_kind for i in nbrs if case_labels[i] == learned.OUT_OF_SCOPE)
         errs = sorted(set(facts.value("errors", [])) & OUT_OF_SCOPE_ERRORS)

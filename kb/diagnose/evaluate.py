@@ -586,16 +586,22 @@ def _variant_score(kb: Diagnoser, cases: list, index, rows: list[dict[str, Any]]
     return _score(rows, preds)
 
 
-def fit_case_ranker(kb: Diagnoser, out: Path | None = None) -> dict[str, Any]:
-    """Fit the ranker on every case and write kb/diagnose/learned.json (what `kb diagnose` uses)."""
+def fit_case_ranker(kb: Diagnoser, out: Path | None = None, report: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Fit the ranker on every case and write kb/diagnose/learned.json (what `kb diagnose` uses); with the
+    `cross_validate` report of the same case base, its out-of-fold confidence bins go beside the weights as the
+    track record `kb diagnose` quotes ("answers this confident were right 81 % of the time")."""
     from kb.diagnose import learned
 
     cases, _, rows, labels = _case_base(kb)
     everyone = list(range(len(rows)))
     ranker, _ = _fit_predict(rows, everyone, [], labels)
-    meta = {"fitted_on": f"{len(cases)} cases (kb eval --cv --fit)"}
+    meta: dict[str, Any] = {"fitted_on": f"{len(cases)} cases (kb eval --cv --fit)"}
+    if report and report.get("confidence") and report.get("cases") == len(cases):
+        meta["track_record"] = {"reports": len(cases), "measured": "kb eval --cv, out of fold, first fold assignment",
+                                "bins": report["confidence"]["bins"]}
     ranker.save(out or learned.MODEL_FILE, meta)
-    return {"weights": dict(zip(learned.FEATURES, [round(float(w), 3) for w in ranker.weights])), **meta}
+    return {"weights": dict(zip(learned.FEATURES, [round(float(w), 3) for w in ranker.weights])),
+            "fitted_on": meta["fitted_on"], "track_record": "track_record" in meta}
 
 
 def format_cv(report: dict[str, Any]) -> str:

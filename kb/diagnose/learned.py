@@ -37,6 +37,8 @@ MODEL_FILE = Path(__file__).with_name("learned.json")
 NEIGHBOURS = 8
 # Below this probability an in-scope answer is shown as a differential (with questions), not as the diagnosis.
 UNSURE_BELOW = 0.35
+# A band of the track record with fewer reports than this says too little to quote.
+TRACK_RECORD_MIN = 20
 FEATURES = ("engine", "engine_top", "fired", "knn", "nn1", "prior",
             "oos_bias", "oos_no_symptom", "oos_error", "oos_symptom", "oos_knn", "oos_inference",
             "fw_bias", "fw_versions", "fw_no_rule", "fw_release_words", "text", "oos_text", "cue", "algo_mismatch")
@@ -474,6 +476,21 @@ class Ranker:
     labels: list[str] = field(default_factory=list)
     unsure_below: float = UNSURE_BELOW
     text: TextModel | None = None  # the text classifiers behind the `text` / `oos_text` features
+    # How often answers were right per band of confidence, out of fold on the case base (`kb eval --cv --fit`
+    # writes it beside the weights): {"reports": 670, "bins": [{"bin": "0.75-0.90", "n": .., "correct": ..}, ..]}.
+    track_record: dict | None = None
+
+    def record_for(self, confidence: float) -> dict | None:
+        """The out-of-fold track record of answers as confident as this one: its band, how many reports fell in
+        it and the share answered right; None without a record or with too few reports in the band to say."""
+        for b in (self.track_record or {}).get("bins", []):
+            lo, hi = (float(x) for x in b["bin"].split("-"))
+            if lo <= confidence < hi or (hi >= 1.0 and confidence >= hi):
+                if b.get("n", 0) < TRACK_RECORD_MIN or b.get("correct") is None:
+                    return None
+                return {"band": b["bin"], "reports": int(b["n"]), "right": float(b["correct"]),
+                        "of": int(self.track_record.get("reports", 0))}
+        return None
 
     def text_scores(self, text: str) -> TextScores | None:
         return self.text.scores(text) if self.text is not None else None
@@ -522,8 +539,12 @@ class Ranker:
             return None
         if data.get("features") != list(FEATURES):
             return None
+        record = data.get("track_record")
+        if not (isinstance(record, dict) and isinstance(record.get("bins"), list)
+                and all(isinstance(b, dict) and isinstance(b.get("bin"), str) for b in record["bins"])):
+            record = None
         return cls(np.asarray(data["weights"], dtype=np.float64), list(data.get("labels", [])),
-                   float(data.get("unsure_below", UNSURE_BELOW)))
+                   float(data.get("unsure_below", UNSURE_BELOW)), track_record=record)
 
 
 def decide(probs: np.ndarray, labels: Sequence[str]) -> list[int]:

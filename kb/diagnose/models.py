@@ -53,6 +53,15 @@ class Candidate(BaseModel):
     probability: float
 
 
+class TrackRecord(BaseModel):
+    """How often kb's first answer was right when it was this confident: out of fold on the case base."""
+
+    band: str  # the band of confidence the first answer falls in, e.g. "0.75-0.90"
+    reports: int  # case-base reports whose out-of-fold first answer fell in that band
+    right: float  # the share of them answered right
+    of: int  # reports measured in all (`kb eval --cv`, first fold assignment)
+
+
 class Diagnosis(BaseModel):
     diagnoses: list[DiagnosisItem] = Field(default_factory=list)
     abstained: bool = False
@@ -69,4 +78,5 @@ class Diagnosis(BaseModel):
     questions: list[Question] = Field(default_factory=list)
     similar_reports: list[SimilarReport] = Field(default_factory=list)
     seen_in: int = 0  # how many of the nearest real reports share the top category
+    track_record: TrackRecord | None = None  # how often answers this confident were right (None: not measured)
     bisect: list[str] = Field(default_factory=list)
