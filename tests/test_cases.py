@@ -334,6 +334,19 @@ def test_ask_and_diagnose_agree_on_the_first_category(real_kb):
             assert a.results[0].category == d.diagnoses[0].category, text
 
 
+@pytest.mark.slow
+def test_ask_and_diagnose_agree_on_every_report_of_the_case_base(real_kb, repo_root):
+    """scripts/ask_diagnose_agreement.py: each report as written, through both; abstentions must match too."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("agreement", repo_root / "scripts" / "ask_diagnose_agreement.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = mod.agreement(real_kb)
+    assert out["disagreements"] == [] and out["agree"] == out["reports"] == len(real_kb.cases)
+    assert sum(out["routes"].values()) == out["reports"] and {"mechanism", "out-of-scope"} <= set(out["routes"])
+
+
 def test_the_audit_sample_is_redrawn_identically_and_split_by_scope(repo_root):
     import importlib.util
 
