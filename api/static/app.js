@@ -15,6 +15,8 @@ const I18N = {
     confidence: "confidence", evidence: "Evidence", fix: "Fix", repro: "Confirm it", decided_by: "Decided by",
     line: "line", copy: "Copy", copied: "Copied", incident: "incident", error: "Error",
     loaded: "Loaded", no_hits: "No line of the paste was used as evidence.",
+    track: (r, pct) => `Answers this confident (${r.band}) were right ${pct}% of the time: ${r.reports} of ${r.of} ` +
+      "real reports kb had not seen fell in that band.",
   },
   zh: {
     title: "kb —— 训练 loss 为什么变成 NaN？",
@@ -29,6 +31,7 @@ const I18N = {
     confidence: "置信度", evidence: "证据", fix: "修复", repro: "复现确认", decided_by: "判定依据",
     line: "行", copy: "复制", copied: "已复制", incident: "事件", error: "错误",
     loaded: "已载入", no_hits: "输入中没有哪一行被用作证据。",
+    track: (r, pct) => `置信度在 ${r.band} 的回答有 ${pct}% 是对的：${r.of} 份 kb 没见过的真实报告中有 ${r.reports} 份落在这一档。`,
   },
 };
 
@@ -142,6 +145,9 @@ function render(res, paste) {
     summary.append(el("strong", { text: `${T.diagnosed}: ` }), el("code", { text: diags[0].category }),
                    ` — ${diags[0].title}`);
   }
+  // How often answers this confident were right on reports kb had not seen (out of fold on its case base).
+  const rec = res.track_record;
+  if (rec) summary.append(el("div", { id: "track", class: "muted", text: T.track(rec, Math.round(rec.right * 100)) }));
 
   const qs = res.questions || res.differential_questions || res.differential || [];
   $("questions").hidden = !qs.length;
