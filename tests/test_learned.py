@@ -286,9 +286,10 @@ def test_the_track_record_quotes_the_band_of_a_confidence_and_keeps_quiet_on_thi
     path = tmp_path / "learned.json"
     ranker.save(path, {"track_record": ranker.track_record})
     assert learned.Ranker.load(path).record_for(0.6)["right"] == 0.7
-    ranker.save(path, {"track_record": {"bins": [{"n": 3}]}})
-    loaded = learned.Ranker.load(path)
-    assert loaded is not None and loaded.track_record is None
+    for damaged in ([{"n": 3}], [{"bin": "x", "n": 3}], [{"bin": "0.9-0.5", "n": 3}], [{"bin": "0-1"}], [{"bin": "0-1", "n": 30, "correct": "most"}], "bins"):
+        ranker.save(path, {"track_record": {"bins": damaged}})
+        loaded = learned.Ranker.load(path)
+        assert loaded is not None and loaded.track_record is None and loaded.record_for(0.6) is None
 
 
 def test_a_mechanism_the_reports_algorithm_rules_out_neither_leads_nor_scores():

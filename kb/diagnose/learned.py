@@ -484,7 +484,7 @@ class Ranker:
         """The out-of-fold track record of answers as confident as this one: its band, how many reports fell in
         it and the share answered right; None without a record or with too few reports in the band to say."""
         for b in (self.track_record or {}).get("bins", []):
-            lo, hi = (float(x) for x in b["bin"].split("-"))
+            lo, hi = _band(b)
             if lo <= confidence < hi or (hi >= 1.0 and confidence >= hi):
                 if b.get("n", 0) < TRACK_RECORD_MIN or b.get("correct") is None:
                     return None
@@ -541,10 +541,22 @@ class Ranker:
             return None
         record = data.get("track_record")
         if not (isinstance(record, dict) and isinstance(record.get("bins"), list)
-                and all(isinstance(b, dict) and isinstance(b.get("bin"), str) for b in record["bins"])):
-            record = None
+                and all(_band(b) is not None for b in record["bins"])):
+            record = None  # damaged by hand: the weights still serve, nothing is quoted
         return cls(np.asarray(data["weights"], dtype=np.float64), list(data.get("labels", [])),
                    float(data.get("unsure_below", UNSURE_BELOW)), track_record=record)
+
+
+def _band(b: object) -> tuple[float, float] | None:
+    """A track-record bin's confidence band ("0.75-0.90" -> (0.75, 0.9)), or None when it is not one."""
+    try:
+        lo, hi = (float(x) for x in b["bin"].split("-"))  # type: ignore[index]
+        int(b["n"])  # type: ignore[index]
+        if b.get("correct") is not None:  # type: ignore[union-attr]
+            float(b["correct"])  # type: ignore[index]
+        return (lo, hi) if 0.0 <= lo < hi <= 1.0 else None
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return None
 
 
 def decide(probs: np.ndarray, labels: Sequence[str]) -> list[int]:
