@@ -346,6 +346,19 @@ def test_prose_metrics_in_both_languages():
     assert {"loss", "grad_norm"} <= set(f["nan_metrics"])
 
 
+@pytest.mark.parametrize(("text", "symptoms"), [
+    ("the FSDP loss drops very slowly. No NaN or inf appears.", None),  # a case-base plateau report's words
+    ("no nan, inf or overflow in the log", None),
+    ("neither nan nor inf", None),
+    ("没有出现 nan 或 inf", None),
+    ("loss is nan or inf", ["nan", "inf"]),
+    ("not nan but inf", ["inf"]),
+    ("loss 为 nan，没有 inf", ["nan"]),
+])
+def test_a_negation_reaches_along_a_list_of_symptom_words(text, symptoms):
+    assert values(text).get("symptom") == symptoms
+
+
 # Settings a paste states without using them (real pastes of the case base: a pip pin, a switch set off, the
 # library an ms-swift full fine-tune names as its tuner backend, an environment dump's package list).
 @pytest.mark.parametrize(("text", "want", "absent"), [

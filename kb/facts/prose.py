@@ -200,7 +200,10 @@ def _climbs_back(line: str) -> bool:
 
 
 # "No errors, no nan", "without any inf", "没有出现 nan", "未报 nan": the symptom word is said to be absent.
-_SAID_ABSENT = re.compile(r"(?:\bno|\bnot|\bwithout|\bnever|\bzero|没有|没|无|未|不)\s*(?:(?:any|a)\s+|(?:出现|发现|见到|遇到|报告?|提到)\s*|(?:reported|mentioned|seen)\s+)?$",
+# A negation reaches along a list of symptom words: "no NaN or inf appears", "没有出现 nan 或 inf".
+_SAID_ABSENT = re.compile(r"(?:\bno|\bnot|\bneither|\bwithout|\bnever|\bzero|没有|没|无|未|不)\s*(?:(?:any|a)\s+|"
+                          r"(?:出现|发现|见到|遇到|报告?|提到)\s*|(?:reported|mentioned|seen)\s+)?"
+                          r"(?:(?:nans?|inf|infinity|overflows?|无穷大?|溢出)\s*(?:,|/|\bor\b|\bnor\b|\band\b|或者?|和|、)\s*)*$",
                           re.IGNORECASE)
 # Only the training frameworks name the tool; DeepSpeed / transformers / torch appear in nearly every paste.
 _FW_ORDER = ["ms-swift", "OpenRLHF", "LLaMA-Factory", "verl", "xtuner", "trl", "unsloth", "DeepSpeed-Chat",
@@ -452,7 +455,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         if kto_words.search(s) and "algorithm" not in facts:
             facts.set("algorithm", "KTO", "text", n, s, source)
         for rx, sym in symptoms:
-            if any(not _SAID_ABSENT.search(s[max(0, m.start() - 16):m.start()]) for m in rx.finditer(s)):
+            if any(not _SAID_ABSENT.search(s[max(0, m.start() - 40):m.start()]) for m in rx.finditer(s)):
                 facts.add("symptom", sym, "text", n, s, source)
                 if rx is _PAIRWISE_TIE:
                     facts.set("pairwise_tie", True, "text", n, s, source)
