@@ -98,8 +98,10 @@ FACTS: tuple[FactSpec, ...] = (
                                   "flash_attn": "flash_attention_2", "true": "flash_attention_2",
                                   "sdpa": "sdpa", "eager": "eager", "flash_attention_3": "flash_attention_3",
                                   "fa3": "flash_attention_3",
-                                  # LLaMA-Factory's `flash_attn: disabled` runs eager attention
-                                  "disabled": "eager"}),
+                                  # LLaMA-Factory's `flash_attn: disabled` runs eager attention; a switch set off
+                                  # (`--flash_attn False`) or left to the default (`auto`) says no kernel
+                                  "disabled": "eager",
+                                  **dict.fromkeys(("false", "no", "off", "0", "n", "none", "null", "disable", "auto"))}),
     FactSpec("shift_attn", "bool", ("shift_attn", "s2_attn", "use_s2_attn"), "LongLoRA shifted sparse attention"),
     FactSpec("model", "str", ("model", "model_name_or_path", "pretrain", "model_type", "model_id",
                               "actor_rollout_ref.model.path", "base_model"), "model name or path"),
@@ -276,9 +278,6 @@ def normalise_value(key: str, value: Any) -> Any:
     text = str(value).strip().strip("'\"")
     if s.kind == "dtype":
         return _DTYPE.get(text.lower())
-    if key == "attn_implementation" and text.lower() in (_FALSE | {"auto"}) - {"disabled"}:
-        # `--flash_attn False` / `flash_attn: auto`: not flash attention, or the default; which kernel is unsaid
-        return None
     if s.values:
         return s.values.get(text.lower(), text.lower())
     if key == "algorithm":

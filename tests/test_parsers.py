@@ -369,6 +369,7 @@ def test_a_negation_reaches_along_a_list_of_symptom_words(text, symptoms):
     ("python train.py --vanilla_loss x.py", {"vanilla_loss": True}, []),
     ("--flash_attn False", {}, ["attn_implementation"]),
     ("flash_attn: auto", {}, ["attn_implementation"]),
+    ("--flash_attn disable", {}, ["attn_implementation"]),
     ("use_flash_attn=False", {}, ["attn_implementation"]),
     ("flash_attn: disabled", {"attn_implementation": "eager"}, []),
     ("--flash_attn fa2", {"attn_implementation": "flash_attention_2"}, []),

@@ -13,10 +13,12 @@ from typing import Any
 LABELS = {
     "en": {"diagnosis": "Diagnosis", "answer": "Closest incidents", "nothing": "No known incident fits well",
            "evidence": "Evidence", "fix": "Fix", "repro": "Confirm", "confidence": "confidence",
-           "score": "score", "sources": "Sources", "category": "category", "help_title": "kb: why did my loss go NaN?"},
+           "score": "score", "sources": "Sources", "category": "category", "help_title": "kb: why did my loss go NaN?",
+           "track": "answers this confident ({band}) were right {pct} % of the time ({reports} of {of} unseen reports)"},
     "zh": {"diagnosis": "诊断结果", "answer": "最相关的事件", "nothing": "知识库中没有足够匹配的事件",
            "evidence": "证据", "fix": "修复", "repro": "验证", "confidence": "置信度",
-           "score": "相关度", "sources": "来源", "category": "类别", "help_title": "kb：训练 loss 为什么变成 NaN？"},
+           "score": "相关度", "sources": "来源", "category": "类别", "help_title": "kb：训练 loss 为什么变成 NaN？",
+           "track": "置信度 {band} 的回答有 {pct}% 是对的（{reports}/{of} 份未见过的报告）"},
 }
 HELP_TEXT = {
     "en": "Send a question (\"DPO nll_loss nan with sequence parallel\") or paste a training log, a config or "
@@ -98,14 +100,11 @@ def from_diagnosis(diagnosis: Any, lang: str = "en", max_items: int = 3) -> Mess
         r = d["similar_reports"][0]
         notes.append(_clip(f"seen in {d['seen_in']} similar report(s), e.g. {r.get('url', '')}"))
     lang = d.get("lang") or lang
+    labels = LABELS.get(lang, LABELS["en"])
     rec = d.get("track_record")
     if rec:  # how often answers this confident were right on reports kb had not seen
-        pct = round(100 * float(rec.get("right", 0)))
-        notes.append(_clip(f"置信度 {rec.get('band')} 的回答有 {pct}% 是对的（{rec.get('reports')}/{rec.get('of')} 份未见过的报告）"
-                           if lang == "zh" else
-                           f"answers this confident ({rec.get('band')}) were right {pct} % of the time "
-                           f"({rec.get('reports')} of {rec.get('of')} unseen reports)"))
-    labels = LABELS.get(lang, LABELS["en"])
+        notes.append(_clip(labels["track"].format(band=rec.get("band"), pct=round(100 * float(rec.get("right", 0))),
+                                                  reports=rec.get("reports"), of=rec.get("of"))))
     return Message(heading=labels["nothing"] if abstained else labels["diagnosis"], lang=lang, items=items,
                    notes=notes, abstained=abstained)
 

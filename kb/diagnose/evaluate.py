@@ -512,13 +512,18 @@ def _out_of_fold(rows: list[dict[str, Any]], fold_of: list[int], labels: list[st
 def _draws(rows: list[dict[str, Any]], labels: list[str], threads: list[str], folds: int, draws: int,
            first: dict[str, Any] | None = None, share: float = 1.0) -> dict[str, Any]:
     """The grouped scheme over `draws` fold assignments (the first one's score may be given as `first`, already
-    computed), each fold's ranker fitted on `share` of its training threads: mean of each number, and top-1's
-    standard deviation, lowest and highest."""
+    computed), each fold's ranker fitted on `share` of its training threads: mean of each number, top-1's
+    standard deviation, lowest and highest, and the mean training rows per fold."""
     scores = [first] if first is not None else []
-    for d in range(len(scores), draws):
+    sizes = []  # training rows per fold, as _out_of_fold keeps them
+    for d in range(draws):
         fold_of = _folds(threads, folds, salt=f"draw-{d}:" if d else "")
-        scores.append(_score(rows, _out_of_fold(rows, fold_of, labels, threads, share, f"share-{d}:")))
-    out: dict[str, Any] = {"n_in": scores[0]["n_in"], "n_out": scores[0]["n_out"]}
+        if d >= len(scores):
+            scores.append(_score(rows, _out_of_fold(rows, fold_of, labels, threads, share, f"share-{d}:")))
+        sizes += [len(_keep_share([j for j, x in enumerate(fold_of) if x != f], threads, share, f"share-{d}:"))
+                  for f in range(folds)]
+    out: dict[str, Any] = {"n_in": scores[0]["n_in"], "n_out": scores[0]["n_out"],
+                           "train_cases": round(float(np.mean(sizes)), 1)}
     for k in ("top1", "in_abstained", "out_abstained"):
         vals = [s[k] for s in scores if s[k] is not None]
         out[k] = round(float(np.mean(vals)), 3) if vals else None
@@ -548,13 +553,8 @@ def learning_curve(kb: Diagnoser, shares: Sequence[float] = (0.25, 0.5, 0.75, 1.
     points = []
     for share in sorted(set(shares)):
         mean = _draws(rows, labels, threads, folds, draws, share=share)
-        sizes = []  # training rows per fold, as _out_of_fold keeps them
-        for d in range(draws):
-            fold_of = _folds(threads, folds, salt=f"draw-{d}:" if d else "")
-            sizes += [len(_keep_share([j for j, x in enumerate(fold_of) if x != f], threads, share, f"share-{d}:"))
-                      for f in range(folds)]
-        points.append({"share": share, "train_cases": round(float(np.mean(sizes)), 1),
-                       **{k: mean[k] for k in ("top1", "in_abstained", "out_abstained", "top1_sd")}})
+        points.append({"share": share, **{k: mean[k] for k in ("train_cases", "top1", "in_abstained",
+                                                                 "out_abstained", "top1_sd")}})
     return {"cases": len(cases), "threads": len(set(threads)), "folds": folds, "draws": draws, "points": points}
 
 
