@@ -196,6 +196,10 @@ def _clean_key(raw: str) -> str:
 
 
 _BY_KEY: dict[str, FactSpec] = {f.key: f for f in FACTS + LOG_FACTS}
+# What an attention kernel's name looks like, beyond the value table (llm-foundry's `triton`, `flex_attention`,
+# `xformers`, `npu_fusion_attention`, `kernels-community/vllm-flash-attn3`).
+_KERNEL_WORD = re.compile(r"flash|sdpa|eager|attn|attention|triton|xformers|flex|cudnn|mem_?eff|fused|sage|varlen",
+                          re.IGNORECASE)
 _ALIAS: dict[str, str] = {}
 # Every key an alias may stand for, in FACTS order: `--deepspeed 0.14.0` is a version, `--deepspeed ds.json` a file.
 _ALIAS_ALL: dict[str, list[str]] = {}
@@ -275,9 +279,17 @@ def normalise_value(key: str, value: Any) -> Any:
         return int(n)
     if s.kind == "float":
         return parse_number(value)
-    text = str(value).strip().strip("'\"")
+    # "attn_implementation flash_attention_2." in a sentence: the full stop ends the sentence, not the value
+    text = re.sub(r"(?<=\w)[.,;:。，；：]$", "", str(value).strip().strip("'\""))
+    if key == "gpu":
+        # `GPU: NVIDIA GeForce RTX 3060 Laptop GPU | Peak FLOPS (BF16): inf`, `GPU: nVidia A6000 (the Ampere one)`:
+        # the model's name, not the rest of the line
+        m = GPU_NAME.search(text)
+        return re.sub(r"\s+", " ", m.group("gpu")) if m else re.split(r"\s+[|(]", text)[0]
     if s.kind == "dtype":
         return _DTYPE.get(text.lower())
+    if key == "attn_implementation" and text.lower() not in s.values and not _KERNEL_WORD.search(text):
+        return None  # "with flash attention: training loss wrong": a word after the name, not a kernel
     if s.values:
         return s.values.get(text.lower(), text.lower())
     if key == "algorithm":

@@ -347,6 +347,26 @@ def test_ask_and_diagnose_agree_on_every_report_of_the_case_base(real_kb, repo_r
     assert sum(out["routes"].values()) == out["reports"] and {"mechanism", "out-of-scope"} <= set(out["routes"])
 
 
+def test_the_facts_read_from_the_reports_agree_with_the_case_records(repo_root):
+    """scripts/fact_audit.py on the shipped case base: where a report and its record both name the precision, the
+    adapter, the algorithm, the GPU or the ZeRO stage, they agree at least 9 times in 10 (2026-11-24: 0.94 and up),
+    and no categorical fact takes a value outside its vocabulary (no trigger could match it)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fact_audit", repo_root / "scripts" / "fact_audit.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cases = load_cases(repo_root / "cases")[0]
+    counts, notes = mod.audit(cases)
+    for field in ("precision", "adapter", "algorithm", "gpu", "zero stage"):
+        agree, disagree = counts[(field, "agree")], counts[(field, "disagree")]
+        assert agree >= 30 and agree / (agree + disagree) >= 0.9, (field, agree, disagree)
+    assert [n for n in notes if n[0].endswith(" value")] == []
+    # every disagreement is listed with the case it came from
+    assert len([n for n in notes if not n[0].endswith(" value")]) == sum(
+        v for (field, outcome), v in counts.items() if outcome == "disagree")
+
+
 def test_the_audit_sample_is_redrawn_identically_and_split_by_scope(repo_root):
     import importlib.util
 

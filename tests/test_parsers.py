@@ -383,6 +383,42 @@ def test_a_setting_stated_but_not_used_is_not_a_fact_of_the_run(text, want, abse
     assert not set(absent) & set(f), {k: f[k] for k in absent if k in f}
 
 
+# Found by `scripts/fact_audit.py` (facts read from a report against what the case's collector recorded from the
+# whole thread): the run compared with another setup, a stage of the recipe that went through, a hardware figure,
+# the rest of an env-dump line, a word after a kernel's name. Each text is a case-base report's shape.
+@pytest.mark.parametrize(("text", "want", "absent"), [
+    ("Full-parameter fine-tuning with FSDP made the loss collapse to 0; the same script with LoRA trained normally.",
+     {"finetuning_type": "full"}, ["use_peft"]),
+    ("MiniCPM-V 2.0 用 ZeRO-3 全量微调报错，LoRA 微调正常", {"finetuning_type": "full"}, ["use_peft"]),
+    ("Full fine-tuning Gemma crashed; LoRA and QLoRA runs were not affected.", {"finetuning_type": "full"},
+     ["use_peft"]),
+    ("LoRA fine-tuning gives NaN; full fine-tuning works.", {"use_peft": True}, ["finetuning_type"]),
+    ("LoRA 微调 loss 开始正常，后来 nan", {"use_peft": True}, []),  # named alone, LoRA is the run's
+    ("全参数微调 loss 为 nan", {"finetuning_type": "full"}, ["use_peft"]),
+    ("Pretraining looked normal, but the fine-tuning stage showed a training loss of 0.", {"algorithm": "SFT"}, []),
+    ("预训练阶段正常，微调阶段 loss 为 0", {"algorithm": "SFT"}, []),
+    ("SFT went fine, then DPO gives nan", {"algorithm": "DPO"}, []),
+    ("pretraining loss spikes", {"algorithm": "pretrain"}, []),
+    ("GPU: NVIDIA GeForce RTX 3060 Laptop GPU | Peak FLOPS (BF16): inf", {"gpu": "GeForce RTX 3060"},
+     ["symptom", "precision"]),
+    ("GPU: nVidia A6000 (the Ampere one)", {"gpu": "A6000"}, []),
+    ("mfu: nan", {}, ["symptom"]),
+    ("loss: inf", {"symptom": ["inf", "nan"]}, []),
+    ("Sliding-window models with flash attention: training loss wrong", {"attn_implementation": "flash_attention_2"},
+     []),
+    ("attention: training", {}, ["attn_implementation"]),
+    ("attn_impl: triton", {"attn_implementation": "triton"}, []),
+    ("hit it with attn_implementation flash_attention_2.", {"attn_implementation": "flash_attention_2"}, []),
+    ("训练集 loss 正常下降，但验证集上的 loss 和 PPL 都是 nan。", {"nan_metrics": ["eval_loss", "ppl"]}, []),
+    ("the validation set's loss is nan", {"nan_metrics": ["eval_loss"]}, []),
+])
+def test_what_the_audit_found_is_read_as_the_run(text, want, absent):
+    f = values(text)
+    got = {k: sorted(f[k]) if isinstance(f.get(k), list) else f.get(k) for k in want}
+    assert got == {k: sorted(v) if isinstance(v, list) else v for k, v in want.items()}
+    assert not set(absent) & set(f), {k: f[k] for k in absent if k in f}
+
+
 @pytest.mark.parametrize(("text", "key", "name"), [
     ("训练到某一步后 kl 指标变为 NaN", "nan_metrics", "kl"),
     ("kl 变成了 nan", "nan_metrics", "kl"),

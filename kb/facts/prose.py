@@ -222,6 +222,19 @@ _LORA = re.compile(r"\blora\b|\bqlora\b|(?<!tuner_backend )(?<!tuner_backend=)\b
                    r"(?![ \t]*(?:version|==|>=|<=|~=|:[ \t]*v?\d|v?\d))", re.IGNORECASE)
 
 
+# A full fine-tune named in words: "全参数微调", "全量微调", "full-parameter fine-tuning", "full finetuning",
+# Unsloth's `full_finetuning=True`.
+_FULL_FT = re.compile(r"全参数?(?:微调|训练|sft|\b)|全量(?:参数)?(?:微调|训练|sft)|full[- _]?(?:param(?:eter)?s?[- _]?)?"
+                      r"(?:fine[- _]?tun\w*|finetun\w*|sft\b)|full[- ]param(?:eter)?s?\b|"
+                      r"full_finetuning\s*=\s*true", re.IGNORECASE)
+# Words after a setting, in its clause, that say that run trained: the comparison, not the failing run.
+_COMPARED_OK = re.compile(r"[^.,;:!?。，；：！？\n]{0,30}?(?:\btrain(?:s|ed)?\b(?: (?:fine|normally|well|ok))?(?=\s*(?:[.,;)]|$))|"
+                          r"\btrain(?:s|ed)? (?:fine|normally|well)|\bworks?\b(?! (?:on|with|for|in)\b)|\bworked\b|"
+                          r"\b(?:is|was|are|were|runs?|ran|looks?|looked) (?:fine|normal(?:ly)?|ok(?:ay)?)|"
+                          r"\b(?:is|was|are|were) (?:not |un)affected|正常|没问题|没有问题|不受影响)",
+                          re.IGNORECASE)
+
+
 def _alias_regex(alias: str) -> re.Pattern[str]:
     # `GRPOTrainer`, `ORPOConfig` name the algorithm too.
     return re.compile(r"(?<![A-Za-z])" + re.escape(alias).replace(r"\ ", r"[\s_-]") + r"(?=Trainer|Config|[^A-Za-z]|$)",
@@ -253,6 +266,10 @@ for _fam, _rx in _FAMILY_RX:
         _HINTS[_rx] = _m.group(1)
 
 
+# A throughput or hardware figure just before a word: `Peak FLOPS (BF16): inf`, `mfu: nan`, `tokens/s: inf` say
+# nothing about the loss or the run's precision.
+_HARDWARE_FIGURE = re.compile(r"(?:flops|\bmfu|throughput|\btok(?:en)?s?/s(?:ec)?|\bsamples?/s(?:ec)?|\bit/s|\bs/it|吞吐量?)"
+                              r"[^,;|\n]{0,24}$", re.IGNORECASE)
 # A dtype the reporter could not use is not the run's dtype.
 _CANNOT_USE = re.compile(r"(?:不支持|用不了|不能用|无法使用|没法用|不可用|can(?:'|no)?t use|cannot use|(?:doesn'?t|does not|don'?t|"
                          r"do not) support|no support for|unsupported)\s*$", re.IGNORECASE)
@@ -266,8 +283,9 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
             for m in DTYPE_WORD.finditer(clause):
                 # `"fp16": {...}`, `--fp16`, `fp16=True` are settings, read by kb.facts.configs.
                 before = clause[max(0, m.start() - 40): m.start()]  # bounded: a slice per match, not the prefix
-                if _SETTING_AFTER.match(clause, m.end()) or _SETTING_BEFORE.search(before[-2:]):
-                    continue
+                if _SETTING_AFTER.match(clause, m.end()) or _SETTING_BEFORE.search(before[-2:]) \
+                        or _HARDWARE_FIGURE.search(before):
+                    continue  # `Peak FLOPS (BF16)`: what the GPU can do, not what the run uses
                 d = DTYPE_OF_WORD.get(fold(m.group(1)))  # fold: IGNORECASE matched "İ" / "ſ" too
                 if d is None:
                     continue
@@ -328,6 +346,39 @@ def _first(joined: _Joined, rxs: list[tuple[str, re.Pattern[str]]]) -> tuple[str
     return best[3], n, s
 
 
+# "Pretraining looked normal, but the fine-tuning stage showed a loss of 0", "pretraining completed and produced the
+# projector; the fine-tuning stage ...": a stage of the recipe that went through, before the one that failed.
+_STAGE_DONE = re.compile(r"[^.,;:!?。，；：！？\n]{0,30}?(?:\b(?:completed|finished|succeeded|went (?:fine|well)|"
+                         r"(?:looked|was|ran) (?:normal|fine|ok)|is (?:done|fine))\b|正常|完成|没问题)", re.IGNORECASE)
+# The stage after it when the first was pretraining: LLaVA-style recipes pretrain a projector, then fine-tune.
+_FINETUNE_STAGE = re.compile(r"fine-?tun\w*(?: stage| phase)|finetun\w*(?: stage| phase)|(?:instruction|visual instruction)"
+                             r"[- ]tuning|\bstage[- ]?2\b|第二阶段|微调阶段|指令微调", re.IGNORECASE)
+
+
+def _run_algorithm(joined: _Joined) -> tuple[str, int, str] | None:
+    """The algorithm named first, passing over an earlier stage said to have gone through when another follows."""
+    found = []
+    for order, (name, rx) in enumerate(_ALGO_RX):
+        hint = _HINTS.get(rx)
+        if hint and hint not in joined.low:
+            continue
+        m = rx.search(joined.text)
+        if m is not None:
+            found.append((m.start(), order, name, m.end()))
+    found.sort()
+    for i, (pos, _, name, end) in enumerate(found):
+        if _STAGE_DONE.match(joined.text, end):
+            if any(f[2] != name for f in found[i + 1:]):
+                continue
+            later = _FINETUNE_STAGE.search(joined.text, end) if name == "pretrain" else None
+            if later is not None:  # LLaVA-style recipes: stage 1 pretrains the projector, stage 2 fine-tunes
+                pos, name = later.start(), "SFT"
+        line = bisect.bisect_right(joined.starts, pos) - 1
+        n, s = joined.lines[line]
+        return name, n, s
+    return None
+
+
 def _family(joined: _Joined) -> tuple[str, int, str] | None:
     """The family named on the earliest line (the first in MODEL_FAMILIES order when a line names several)."""
     best: tuple[int, int, str] | None = None
@@ -344,7 +395,7 @@ def _family(joined: _Joined) -> tuple[str, int, str] | None:
 def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     _precision_mentions(lines, facts, source)
     joined = _Joined(lines)
-    got = _first(joined, _ALGO_RX)
+    got = _run_algorithm(joined)
     if got:
         facts.set("algorithm", got[0], "text", got[1], got[2], source)
     specific = [(name, rx) for name, rx in _FW_RX if name not in ("DeepSpeed", "transformers")]
@@ -368,6 +419,9 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     advantage = hay.gate(_PROSE_ADVANTAGE)
     may_climb = hay.may(_PROSE_FELL) and hay.may(_PROSE_ROSE)
     attn = [(rx, impl) for rx, impl in _ATTN if hay.may(rx)]
+    full_ft = hay.gate(_FULL_FT)
+    adapters: list[tuple[bool, int, str]] = []  # (the comparison that worked, line, text) per LoRA mention
+    full: list[tuple[bool, int, str]] = []  # the same per full fine-tuning mention
     symptoms = [(rx, sym) for rx, sym in _SYMPTOM if hay.may(rx)]
     for n, s in lines:
         if sp.search(s):
@@ -393,8 +447,10 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             facts.set("kl_estimator", "k3", "text", n, s, source)
         if length_norm.search(s):
             facts.set("average_log_prob", True, "text", n, s, source)
-        if lora.search(s):
-            facts.set("use_peft", True, "text", n, s, source)
+        for m in lora.finditer(s):
+            adapters.append((_compared_ok(s, m.end()), n, s))
+        for m in full_ft.finditer(s):
+            full.append((_compared_ok(s, m.end()), n, s))
         for m in prose_lr.finditer(s):
             lr = float(m.group("v"))
             if not 0 < lr < 1:
@@ -455,7 +511,8 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         if kto_words.search(s) and "algorithm" not in facts:
             facts.set("algorithm", "KTO", "text", n, s, source)
         for rx, sym in symptoms:
-            if any(not _SAID_ABSENT.search(s[max(0, m.start() - 40):m.start()]) for m in rx.finditer(s)):
+            if any(not _SAID_ABSENT.search(before := s[max(0, m.start() - 40):m.start()])
+                   and not (sym in ("nan", "inf") and _HARDWARE_FIGURE.search(before)) for m in rx.finditer(s)):
                 facts.add("symptom", sym, "text", n, s, source)
                 if rx is _PAIRWISE_TIE:
                     facts.set("pairwise_tie", True, "text", n, s, source)
@@ -465,6 +522,28 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             ev = _version_evidence(s)
             if ev:
                 facts.set("version_evidence", ev, "text", n, s, source)
+    _adapter_of_run(adapters, full, facts, source)
+
+
+def _compared_ok(s: str, end: int) -> bool:
+    """The setting just before `end` is the comparison that trained ("with LoRA trained normally", "LoRA 微调正常")."""
+    return bool(_COMPARED_OK.match(s, end))
+
+
+def _adapter_of_run(adapters: list[tuple[bool, int, str]], full: list[tuple[bool, int, str]], facts: Facts,
+                    source: str) -> None:
+    """LoRA or a full fine-tune, from the words. A report that names both usually ran one and compared with the other
+    ("full-parameter fine-tuning collapses to 0; the same script with LoRA trained normally", "全量微调报错，LoRA 微调
+    正常"): the one said to have trained is the comparison, not the run (issue 11: a setting the reporter tried is
+    not the run's). Named alone, LoRA is the run's, whatever follows it ("LoRA 微调 loss 开始正常，后来 nan")."""
+    run_lora = [x for x in adapters if not (full and x[0])]
+    run_full = [x for x in full if not (adapters and x[0])]
+    if run_lora:
+        _, n, s = run_lora[0]
+        facts.set("use_peft", True, "text", n, s, source)
+    elif run_full and "finetuning_type" not in facts:
+        _, n, s = run_full[0]
+        facts.set("finetuning_type", "full", "text", n, s, source)
 
 
 # Lightning / litgpt precision strings anywhere in a paste: `--precision 16-true`, `Fabric(precision="bf16-mixed")`,
@@ -572,15 +651,16 @@ def _version_evidence(s: str) -> str | None:
     return None
 
 
-# "evaluation loss is nan", "验证集 loss 为 nan": the loss named in prose is the evaluation loss (a different signal
-# from a training loss that goes bad: all-labels-masked eval batches, issue 11's taxonomy).
-_EVAL_BEFORE = re.compile(r"(?:(?<![A-Za-z])(?:eval(?:uation)?|validation|val|dev|test)|验证集?|评估|测试集?)[ _]*$",
-                          re.IGNORECASE)
+# "evaluation loss is nan", "验证集 loss 为 nan", "验证集上的 loss", "the validation set's loss": the loss named in
+# prose is the evaluation loss (a different signal from a training loss that goes bad: all-labels-masked eval
+# batches, issue 11's taxonomy).
+_EVAL_BEFORE = re.compile(r"(?:(?<![A-Za-z])(?:eval(?:uation)?|validation|val|dev|test)(?:[ _-]?(?:set|split|data(?:set)?)"
+                          r"(?:'s)?)?|(?:验证|评估|测试)集?(?:上)?的?)[ _]*$", re.IGNORECASE)
 
 
 def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: str, start: int = -1) -> None:
     name = name.strip("/").lower()
-    if name == "loss" and start > 0 and _EVAL_BEFORE.search(s[max(0, start - 12):start]):
+    if name == "loss" and start > 0 and _EVAL_BEFORE.search(s[max(0, start - 20):start]):
         name = "eval_loss"
     if is_limit_name(name):
         return  # `max_grad_norm: inf` is a setting
