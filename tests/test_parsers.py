@@ -411,6 +411,14 @@ def test_a_setting_stated_but_not_used_is_not_a_fact_of_the_run(text, want, abse
     ("hit it with attn_implementation flash_attention_2.", {"attn_implementation": "flash_attention_2"}, []),
     ("训练集 loss 正常下降，但验证集上的 loss 和 PPL 都是 nan。", {"nan_metrics": ["eval_loss", "ppl"]}, []),
     ("the validation set's loss is nan", {"nan_metrics": ["eval_loss"]}, []),
+    # a dtype's verdict is said in its own part of the sentence; "fine-tuning" is no "fine"
+    ("Gradient norm keeps growing with ZeRO-0 + bf16, normal with ZeRO-1/2/3", {"precision": "bf16"},
+     ["working_dtype"]),
+    ("LoRA bf16 fine-tuning of gemma-4 with Unsloth gives nan", {"precision": "bf16"}, ["working_dtype"]),
+    ("LoRA fine-tuning on Apple silicon (bf16) produced NaN", {"precision": "bf16"}, ["working_dtype"]),
+    ("用 fp16 训练 loss nan，换成 bf16 就正常了", {"precision": "fp16", "working_dtype": "bf16"}, []),
+    ("fp16 时 grad_norm 为 nan，bf16 正常", {"precision": "fp16", "working_dtype": "bf16"}, []),
+    ("With bf16, it works.", {"working_dtype": "bf16"}, ["precision"]),
 ])
 def test_what_the_audit_found_is_read_as_the_run(text, want, absent):
     f = values(text)

@@ -24,7 +24,7 @@ from kb.facts.model import Facts
 from kb.facts.prefilter import Haystack, fold
 
 # A clause that reports a dtype as working is the fix, not the failing run.
-_GOOD = re.compile(r"\b(?:correct|works?|worked|working|fine|ok|okay|normal|solved|fix(?:es|ed)?|no (?:nan|problem)|"
+_GOOD = re.compile(r"\b(?:correct|works?|worked|working|fine(?![- _]?tun)|ok|okay|normal|solved|fix(?:es|ed)?|no (?:nan|problem)|"
                    r"is good|succeed\w*|stable|instead|try|should)\b|正常|没问题|不会有问题|可以|解决|work了|好了|试试|"
                    r"换成|改成|调整到|改为", re.IGNORECASE)
 _INFERENCE = re.compile(r"inference|推理|generat(?:e|ion) only", re.IGNORECASE)
@@ -275,6 +275,19 @@ _CANNOT_USE = re.compile(r"(?:不支持|用不了|不能用|无法使用|没法�
                          r"do not) support|no support for|unsupported)\s*$", re.IGNORECASE)
 
 
+# What a run that went wrong says, in the part of a sentence that names its dtype.
+_WENT_BAD = re.compile(r"(?<![A-Za-z])(?:nan|inf)(?![A-Za-z])|diverg|explod|spik|grow|collaps|overflow|blow|"
+                       r"发散|爆炸|溢出|不降|异常|报错|error|fail|crash", re.IGNORECASE)
+
+
+def _part_of(clause: str, start: int, end: int) -> str:
+    """The comma-delimited part of `clause` around [start, end): where a dtype's own verdict is said ("bf16 with ZeRO-0
+    grows, normal with ZeRO-1" keeps bf16's verdict apart from ZeRO-1's)."""
+    left = max(clause.rfind(c, 0, start) for c in ",，、")
+    rights = [i for i in (clause.find(c, end) for c in ",，") if i >= 0]
+    return clause[left + 1: min(rights) if rights else len(clause)]
+
+
 def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     for n, s in lines:
         for cm in _CLAUSE.finditer(s):
@@ -294,9 +307,16 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                     if d == "bf16":
                         facts.set("gpu_bf16", False, "text", n, clause, source)
                     continue
-                if clause_good is None:
-                    clause_good = bool(_GOOD.search(clause))
-                good = clause_good or bool(FIX_CUE.search(before))
+                part = _part_of(clause, m.start(), m.end())
+                if _GOOD.search(part):
+                    good = True
+                elif _WENT_BAD.search(part):
+                    good = False  # "grad norm keeps growing with ZeRO-0 + bf16, normal with ZeRO-1/2/3"
+                else:
+                    if clause_good is None:
+                        clause_good = bool(_GOOD.search(clause))
+                    good = clause_good
+                good = good or bool(FIX_CUE.search(before))
                 if good and d in ("bf16", "fp32"):
                     facts.set("working_dtype", d, "text", n, clause, source)
                 elif d == "fp16" and _INFERENCE.search(clause) and good:
