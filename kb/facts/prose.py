@@ -15,6 +15,7 @@ from kb.canonical import (
     HUGE_VALUE,
     LIGHTNING_PRECISION,
     MODEL_FAMILIES,
+    WORKED_AFTER,
     is_grad_norm,
     is_limit_name,
     is_loss_like,
@@ -227,12 +228,11 @@ _LORA = re.compile(r"\blora\b|\bqlora\b|(?<!tuner_backend )(?<!tuner_backend=)\b
 _FULL_FT = re.compile(r"全参数?(?:微调|训练|sft|\b)|全量(?:参数)?(?:微调|训练|sft)|full[- _]?(?:param(?:eter)?s?[- _]?)?"
                       r"(?:fine[- _]?tun\w*|finetun\w*|sft\b)|full[- ]param(?:eter)?s?\b|"
                       r"full_finetuning\s*=\s*true", re.IGNORECASE)
-# Words after a setting, in its clause, that say that run trained: the comparison, not the failing run.
-_COMPARED_OK = re.compile(r"[^.,;:!?。，；：！？\n]{0,30}?(?:\btrain(?:s|ed)?\b(?: (?:fine|normally|well|ok))?(?=\s*(?:[.,;)]|$))|"
-                          r"\btrain(?:s|ed)? (?:fine|normally|well)|\bworks?\b(?! (?:on|with|for|in)\b)|\bworked\b|"
-                          r"\b(?:is|was|are|were|runs?|ran|looks?|looked) (?:fine|normal(?:ly)?|ok(?:ay)?)|"
-                          r"\b(?:is|was|are|were) (?:not |un)affected|正常|没问题|没有问题|不受影响)",
-                          re.IGNORECASE)
+# Words after a setting, in its clause, that say that run trained, beyond what says it fixed a run (WORKED_AFTER):
+# "with LoRA trained normally", "LoRA runs of the same models trained.", "LoRA 微调正常", "were not affected".
+_TRAINED_TOO = re.compile(r"[^.,;:!?。，；：！？\n]{0,30}?(?:\btrain(?:s|ed)?\b(?: (?:normally|well|ok))?(?=\s*(?:[.,;)]|$))|"
+                          r"\btrained (?:fine|normally|well)|\b(?:are|were|runs?|ran|looks?|looked) (?:fine|normal(?:ly)?|"
+                          r"ok(?:ay)?)|\b(?:is|was|are|were) (?:not |un)affected|正常|没有?问题|不受影响)", re.IGNORECASE)
 
 
 def _alias_regex(alias: str) -> re.Pattern[str]:
@@ -547,7 +547,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
 
 def _compared_ok(s: str, end: int) -> bool:
     """The setting just before `end` is the comparison that trained ("with LoRA trained normally", "LoRA 微调正常")."""
-    return bool(_COMPARED_OK.match(s, end))
+    return bool(WORKED_AFTER.match(s, end) or _TRAINED_TOO.match(s, end))
 
 
 def _adapter_of_run(adapters: list[tuple[bool, int, str]], full: list[tuple[bool, int, str]], facts: Facts,
