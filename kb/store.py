@@ -10,6 +10,9 @@ from pathlib import Path
 
 from kb.records import Incident
 
+# How long a connection waits for another one's lock (seconds).
+CONNECT_TIMEOUT = 30.0
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (
     id TEXT PRIMARY KEY,
@@ -24,6 +27,24 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 
+def use_wal(con: sqlite3.Connection, timeout: float) -> None:
+    """Switch `con`'s database to WAL, waiting up to `timeout` seconds for other connections. Several processes
+    opening a fresh database at once each need an exclusive lock for the switch; SQLite answers one of two such
+    connections "database is locked" at once, without its busy wait (it would deadlock), so that answer is retried
+    here. A database already in WAL needs no lock."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        try:
+            con.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+
 def record_sha(inc: Incident) -> str:
     return hashlib.sha256(inc.model_dump_json().encode()).hexdigest()
 
@@ -34,11 +55,11 @@ class RecordStore:
         self.path = path
         # WAL lets the API read while an ingest writes; each connection is short-lived and per-call.
         with self._connect() as con:
-            con.execute("PRAGMA journal_mode=WAL")
+            use_wal(con, CONNECT_TIMEOUT)
             con.executescript(_SCHEMA)
 
     def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        return sqlite3.connect(self.path, timeout=CONNECT_TIMEOUT, isolation_level=None)
 
     def upsert(self, inc: Incident, source: str = "") -> str:
         """Insert or update; returns 'created', 'updated' or 'unchanged'."""

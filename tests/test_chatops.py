@@ -473,6 +473,33 @@ def test_replay_cache_is_shared_by_worker_processes(tmp_path):
     assert cache.first_time("k-expiring", now + 100, now=now + 2)  # expired entries do not block forever
 
 
+def test_workers_opening_a_fresh_replay_cache_at_once_all_get_an_answer(tmp_path):
+    # Each new connection switches a fresh database to WAL under an exclusive lock; SQLite answers one of two
+    # connections that both hold a read lock "database is locked" at once, past its busy wait. Seen once as a
+    # failure of the multi-process test above; 8 threads on 100 fresh files make it show every run without the retry.
+    import threading
+
+    from api.chatops.replay import ReplayCache
+
+    for trial in range(100):
+        path = tmp_path / f"r{trial}.sqlite3"
+        start, answers, errors = threading.Barrier(8), [], []
+
+        def worker(path, start, answers, errors):
+            start.wait()
+            try:
+                answers.append(ReplayCache(path).first_time("slack-sig:v0=abc", time.time() + 60))
+            except Exception as e:  # noqa: BLE001 - the test reports any failure of a worker
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=worker, args=(path, start, answers, errors)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [] and sorted(answers) == [False] * 7 + [True], (trial, errors)
+
+
 def test_replay_cache_stays_bounded(tmp_path):
     from api.chatops import replay
 

@@ -8,8 +8,12 @@ import threading
 import time
 from pathlib import Path
 
+from kb.store import use_wal
+
 # Expired rows are purged on every PURGE_EVERY-th insert, so the table stays small without a background task.
 PURGE_EVERY = 256
+# How long a worker waits for another worker's lock (seconds).
+TIMEOUT = 10.0
 
 
 class ReplayCache:
@@ -32,8 +36,8 @@ class ReplayCache:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None, check_same_thread=True)
-            conn.execute("PRAGMA journal_mode=WAL")
+            conn = sqlite3.connect(self.path, timeout=TIMEOUT, isolation_level=None, check_same_thread=True)
+            use_wal(conn, TIMEOUT)
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
         return conn
