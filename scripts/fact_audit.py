@@ -62,6 +62,12 @@ def _gpu(name: str) -> str:
     return re.sub(r"\s+|geforce|nvidia", "", name.lower())
 
 
+def _evidence(facts, key: str) -> str:
+    """The line a fact was read from, on one line."""
+    ev = facts.get(key)
+    return re.sub(r"\s+", " ", str(ev.detail if ev else ""))[:160]
+
+
 def _zero(parallelism: str) -> int | None:
     m = re.search(r"zero[- _]?(\d)", parallelism, re.IGNORECASE)
     return int(m.group(1)) if m else None
@@ -73,24 +79,17 @@ def audit(cases) -> tuple[Counter, list[tuple[str, str, str, str, str]]]:
     notes: list[tuple[str, str, str, str, str]] = []
 
     def compare(field: str, case, recorded, read, fact_key: str, same=lambda a, b: a == b) -> None:
-        if read is None and recorded is None:
-            return
-        if read is None:
-            counts[(field, "record only")] += 1
-            return
-        ev = facts.get(fact_key)
-        detail = re.sub(r"\s+", " ", str(ev.detail if ev else ""))[:160]
-        if recorded is None:
-            counts[(field, "facts only")] += 1
-            return
-        if same(recorded, read):
+        if read is None or recorded is None:
+            if read is not None or recorded is not None:
+                counts[(field, "record only" if read is None else "facts only")] += 1
+        elif same(recorded, read):
             counts[(field, "agree")] += 1
         else:
             counts[(field, "disagree")] += 1
-            notes.append((field, case.id, str(recorded), str(read), detail))
+            notes.append((field, case.id, str(recorded), str(read), _evidence(facts, fact_key)))
 
     for c in cases:
-        facts, _ = collect_facts([("text", c.query())])
+        facts, _ = collect_facts([("text", c.query())])  # `compare` reads this case's facts
         compare("precision", c, c.precision if c.precision in PRECISIONS else None, facts.value("precision"),
                 "precision")
         rec = c.adapter if c.adapter in ("lora", "qlora", "full") else None
@@ -110,8 +109,7 @@ def audit(cases) -> tuple[Counter, list[tuple[str, str, str, str, str]]]:
                 ok = str(v) in allowed
                 counts[(f"{key} value", "in vocabulary" if ok else "outside")] += 1
                 if not ok:
-                    ev = facts.get(key)
-                    notes.append((f"{key} value", c.id, "", repr(v), re.sub(r"\s+", " ", str(ev.detail))[:160]))
+                    notes.append((f"{key} value", c.id, "", repr(v), _evidence(facts, key)))
     return counts, notes
 
 
