@@ -427,6 +427,33 @@ def test_what_the_audit_found_is_read_as_the_run(text, want, absent):
     assert not set(absent) & set(f), {k: f[k] for k in absent if k in f}
 
 
+# Symptoms said in a report's title alone (issue 11's "short reports"): each text is the shape of a case-base title
+# that `kb eval --cv`'s title-only row had answered "nothing went NaN, inf or zero" (found by reading those rows).
+@pytest.mark.parametrize(("text", "symptom"), [
+    ("V100 上 chatglm2-6b 4bit 量化 LoRA 微调，loss 从头到尾都是 0.0", "zero_loss"),
+    ("GKDTrainer reports 0 loss", "zero_loss"),
+    ("LLaVA-style fine-tuning with DeepSpeed ZeRO-2 - loss normal at first, then suddenly 0", "zero_loss"),
+    ("QLoRA on a pre-quantized 4-bit model: loss starts ~7-11, then 0.000000 from step 4", "zero_loss"),
+    ("pretraining and fine-tuning loss stays at 0 with all-zero image tensors", "zero_loss"),
+    ("bf16 FSDP2: finite loss, non-finite grad norm, half the steps skipped", "nan"),
+    ("verl RL on non-Hopper GPUs with vLLM rollouts: actor grad-norm explosion", "collapse"),
+    ("扩充词表后用 fp16 继续预训练，一段时间后 loss 突刺且不再收敛", "collapse"),
+    ("bf16 fine-tune - loss jumps sharply after the first update", "collapse"),
+    ("the agentic example gives all-zero advantages, so the policy gets no learning signal", "zero_grad"),
+    ("所有样本得分都是 -1、优势全为 0", "zero_grad"),
+])
+def test_a_symptom_said_in_a_short_title(text, symptom):
+    assert symptom in values(text).get("symptom", [])
+
+
+@pytest.mark.parametrize("text", [
+    "the loss is 2.5 then 0.5", "no non-finite values in the log", "clip_grad_norm_(error_if_nonfinite=True)",
+    "advantages are all 0.5", "the loss stays at 0.693", "step 0 loss 2.31",
+])
+def test_words_near_a_symptom_that_say_none(text):
+    assert not {"zero_loss", "nan", "zero_grad"} & set(values(text).get("symptom", []))
+
+
 @pytest.mark.parametrize(("text", "key", "name"), [
     ("训练到某一步后 kl 指标变为 NaN", "nan_metrics", "kl"),
     ("kl 变成了 nan", "nan_metrics", "kl"),

@@ -67,6 +67,8 @@ _PROSE_METRIC_REV = re.compile(r"(?<![\w])(?P<v>nan|NaN|inf|Inf)s?\b\s*(?:values
 _TRAJECTORY = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")['\"]?\s*[:=：]?\s*(?:[-+]?[\d.]+(?:e[-+]?\d+)?\s*"
                          r"(?:->|→|=>|—>|to|then|,)\s*)+(?P<v>nan|inf|0(?:\.0+)?(?![\d.]))(?![A-Za-z0-9_])", re.IGNORECASE)
 _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes? to|went to|turns? (?:in)?to|turn(?:s|ed)?|"
+                     # "the loss stays at 0", "grad_norm is stuck at nan"
+                     r"(?:stays?|stayed|remains?|remained|(?:is |was |gets? |got )?stuck|sits?|sat|pinned) at|"
                      r"stays?|remains?|always|keeps?|got|gets|shows?|reports?|of|to|equals?|=|:|：|一直|都|总|变|变为|"
                      r"变成|为|是|出现|会|就|直接|也|and [\w/]+ (?:will be|are|were|become)|一直为|一直是|"
                      r"全程|始终|全部|全都|均|"
@@ -85,7 +87,9 @@ _GAP_FILLER = re.compile(
     r"(?:steps?|iterations?|epochs?)\b|"
     r"\b(?:suddenly|quickly|then|eventually|soon|immediately|directly|finally|gradually|rapidly|just|would|divergence)\b|"
     r"\b(?:term|component|part)\b|"  # "the NLL term turns nan"
-    r"突然|很快|直接|一下子?|马上|立刻|立即|最终|最后|随后|然后|逐渐|慢慢|之后|后来|了|数值|值|指标|曲线|项|部分",
+    r"\b(?:from start to finish|throughout|all along|the whole time)\b|"  # "loss 从头到尾都是 0.0"
+    r"突然|很快|直接|一下子?|马上|立刻|立即|最终|最后|随后|然后|逐渐|慢慢|之后|后来|了|数值|值|指标|曲线|项|部分|"
+    r"从头到尾|自始至终|一开始就|从一开始",
     re.IGNORECASE)
 # "drops to 0", "降到 0": how a loss reaches zero (with _BAD_VALUE's "0" not followed by more digits).
 _GAP_FALL = re.compile(r"^\s*(?:就|也|都|会|will|would)?\s*"
@@ -155,15 +159,24 @@ _ROLLOUT_MISMATCH = re.compile(
     re.IGNORECASE)
 _SYMPTOM = (
     (re.compile(r"(?<![A-Za-z0-9_])(?:nan|NaN|NANs?|NaNs|Nan)(?![A-Za-z0-9_])"), "nan"),
+    # "finite loss, non-finite grad norm", "the total norm ... is non-finite" (not `error_if_nonfinite`)
+    (re.compile(r"(?<![\w-])non[- ]finite(?![\w-])|\bnot finite\b", re.IGNORECASE), "nan"),
     (re.compile(r"(?<![A-Za-z0-9_])(?:inf|Inf|infinity)(?![A-Za-z0-9_])|无穷"), "inf"),
     (re.compile(r"loss\W{0,3}(?:一直|都|总)?(?:是|为|变为|变成|=|:)?\s*0(?![\d.])|loss (?:is|becomes|became|will be|"
                 r"goes to|drops to|of) (?:0(?!\.?\d)|zero\b)|zero loss|(?:loss|损失)[^。，,;；\n]{0,12}?(?:为|变为|变成|降为|降到|"
-                r"掉到|跌到|归零|全是|全为|都是)\s*0(?![\d.])|(?:loss|损失)[^。，,;；\n]{0,6}归零", re.IGNORECASE), "zero_loss"),
+                r"掉到|跌到|归零|全是|全为|都是)\s*0(?![\d.])|(?:loss|损失)[^。，,;；\n]{0,6}归零|"
+                # "GKDTrainer reports 0 loss", "gives a 0.0 training loss"
+                r"\b(?:reports?|reported|gives?|gave|shows?|showed|logs?|logged|gets?|got|getting|returns?|returned)\s+"
+                r"(?:a\s+)?0(?:\.0+)?\s+(?:train(?:ing)?\s+)?loss\b|"
+                # "loss normal at first, then suddenly 0", "loss starts ~7-11, then 0.000000 from step 4"
+                r"\bloss\b[^.;。\n]{0,40}?\bthen\s+(?:suddenly\s+|quickly\s+|immediately\s+)?(?:(?:drops?|dropped|goes|went|"
+                r"falls?|fell|becomes?|became|collapses?|collapsed)\s+(?:to\s+)?)?(?:0(?:\.0+)?|zero)(?![\w.])",
+                re.IGNORECASE), "zero_loss"),
     # Numeric overflow only: "显存溢出" / "memory overflow" is an OOM, not a divergence.
     (re.compile(r"(?<!memory )(?<!stack )(?<!buffer )overflow|(?<!显存)(?<!内存)(?<!缓存)溢出", re.IGNORECASE), "overflow"),
     # A training run that diverges; a process that crashes ("crash", "崩溃") is not a divergence.
     # "策略坍塌" / "奖励塌方" / "训崩了" say collapse in Chinese ("崩溃" alone is a crash).
-    (re.compile(r"collaps\w+|diverg\w+|发散|explod\w+|(?<!显存)爆炸|loss spikes?|梯度爆炸|坍塌|塌方|训(?:练)?崩(?!溃)|"
+    (re.compile(r"collaps\w+|diverg\w+|发散|explod\w+|explosions?\b|(?<!显存)爆炸|loss spikes?|梯度爆炸|坍塌|塌方|训(?:练)?崩(?!溃)|"
                 r"(?:模型|loss|训练|奖励|reward)\s*(?:直接|彻底)?崩(?:了|掉)", re.IGNORECASE), "collapse"),
     # A loss or gradient norm that climbs instead of falling: "loss 不降反升", "grad_norm 越来越大", "the gradient
     # norm keeps growing", "abnormally high grad_norm".
@@ -174,6 +187,11 @@ _SYMPTOM = (
     # A pairwise (reward-model / preference) loss that cannot separate the pair (_PAIRWISE_TIE, above).
     (_PAIRWISE_TIE, "collapse"),
     (_ROLLOUT_MISMATCH, "rollout_mismatch"),
+    # Advantages that are all zero give the policy no gradient ("gives all-zero advantages, so the policy gets no
+    # learning signal", "优势全为 0"): the zero gradient of an RL run.
+    (re.compile(r"all[- ]zero advantages?|zero advantages? (?:for|on|across) (?:all|every)|advantages? (?:are|is|were|was|"
+                r"became|become|stay|stayed|remain(?:ed)?) (?:all |always )?(?:0|zero)(?![\w.])|"
+                r"优势(?:值)?\s*(?:全|都|全部|一直)(?:是|为)\s*0(?![\d.])", re.IGNORECASE), "zero_grad"),
 )
 # "the loss fell from 4.31 to 1.44, then rose to 7.08, 15.06 and 16.02", "loss 降到 0.8 后又升到 6": a loss said in
 # numbers to climb back to three times the low it had reached (and to at least 2) has diverged, though no word says so.
@@ -573,7 +591,7 @@ _LIGHTNING = re.compile(r"(?<![\w.\-])(?:(?:bf)?16|32|64)-(?:true|mixed)(?![\w\-
 
 # "loss 陡增后变为 0", "the loss suddenly shot up", "grad_norm spikes": a metric that jumped, said in words.
 _PROSE_SPIKE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r"|梯度|损失)(?P<gap>[^\n,，。.;；]{0,20}?)(?:先)?"
-                          r"(?:陡增|突增|暴涨|飙升|激增|猛增|突然(?:增大|变大|上升|升高)|jump(?:s|ed)? up|sho(?:ot|ots|t) up|"
+                          r"(?:陡增|突增|暴涨|飙升|激增|猛增|突刺|突然(?:增大|变大|上升|升高)|jump(?:s|ed)? (?:up|sharply)|sho(?:ot|ots|t) up|"
                           r"spik(?:e|es|ed|ing)\b|blow(?:s|n)? up|blew up|explod(?:e|es|ed)|"
                           r"jump(?:s|ed)? by (?:\w+ )?orders? of magnitude)", re.IGNORECASE)
 # The metric after the word: "sudden huge spikes in the policy loss", "a spike of the grad_norm" (losses, norms and
