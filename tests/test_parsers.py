@@ -453,6 +453,7 @@ def test_a_symptom_said_in_a_short_title(text, symptom):
     ("clip_grad_norm_(error_if_nonfinite=True)", "nan"), ("advantages are all 0.5", "zero_grad"),
     ("the loss stays at 0.693", "zero_loss"), ("step 0 loss 2.31", "zero_loss"),
     ('negative KL and the "KL divergence is starting to become negative" warning', "collapse"),
+    ("Both give identical results. Nothing diverged.", "collapse"),
 ])
 def test_words_near_a_symptom_that_say_none(text, symptom):
     assert symptom not in values(text).get("symptom", [])

@@ -221,7 +221,7 @@ def _climbs_back(line: str) -> bool:
 
 # "No errors, no nan", "without any inf", "没有出现 nan", "未报 nan": the symptom word is said to be absent.
 # A negation reaches along a list of symptom words: "no NaN or inf appears", "没有出现 nan 或 inf".
-_SAID_ABSENT = re.compile(r"(?:\bno|\bnot|\bneither|\bwithout|\bnever|\bzero|没有|没|无|未|不)\s*(?:(?:any|a)\s+|"
+_SAID_ABSENT = re.compile(r"(?:\bno|\bnot|\bnothing|\bneither|\bwithout|\bnever|\bzero|没有|没|无|未|不)\s*(?:(?:any|a)\s+|"
                           r"(?:出现|发现|见到|遇到|报告?|提到)\s*|(?:reported|mentioned|seen)\s+)?"
                           r"(?:(?:nans?|inf|infinity|overflows?|无穷大?|溢出)\s*(?:,|/|\bor\b|\bnor\b|\band\b|或者?|和|、)\s*)*$",
                           re.IGNORECASE)
