@@ -501,7 +501,10 @@ ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
         ("labels_all_masked", (r"labels?\b.{0,20}\ball (?:be )?-100|all (?:the )?labels?.{0,40}-100|"
                               r"labels?\s*全(?:部)?(?:为|是|都是)\s*-100|all\(\s*labels\s*==\s*(?:ignore_index|-100)|"
                               r"every label.{0,30}masked|labels? (?:are|were|is) all masked|"
-                              r"no (?:supervised|valid|target) tokens|tensor\(\s*\[\s*-100(?:\s*,\s*-100)+"), True),
+                              r"no (?:supervised|valid|target) tokens|tensor\(\s*\[\s*-100(?:\s*,\s*-100)+|"
+                              # "a sample has no non-ignored labels", "no labels other than the ignore index"
+                              r"no (?:non[- ]ignored|unmasked) (?:labels?|tokens)|no labels? other than (?:the )?"
+                              r"ignore[_ ]index"), True),
         # FastChat-style preprocessing (FastChat, LLaVA and its descendants) masks a whole sample when its round
         # lengths do not add up, and says so with this warning.
         ("tokenization_mismatch", r"tokenization mismatch(?::?\s*\d+\s*vs\.?\s*\d+)?", True),

@@ -448,6 +448,13 @@ def test_a_symptom_said_in_a_short_title(text, symptom):
     assert symptom in values(text).get("symptom", [])
 
 
+@pytest.mark.parametrize("text", ["fused linear cross entropy stops with ZeroDivisionError when a sample has no "
+                                  "non-ignored labels", "it happens when the sample has no labels other than the "
+                                  "ignore index"])
+def test_a_sample_with_no_label_left_said_in_words_is_the_masked_labels_error(text):
+    assert "labels_all_masked" in values(text).get("errors", [])
+
+
 @pytest.mark.parametrize(("text", "symptom"), [
     ("the loss is 2.5 then 0.5", "zero_loss"), ("no non-finite values in the log", "nan"),
     ("clip_grad_norm_(error_if_nonfinite=True)", "nan"), ("advantages are all 0.5", "zero_grad"),
