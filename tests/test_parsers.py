@@ -481,6 +481,21 @@ def test_prose_metric_with_words_of_time_or_speed_between(text, key, name):
     assert name in values(text).get(key, [])
 
 
+@pytest.mark.parametrize(("text", "name"), [
+    ("Unsloth MLX distributed evaluation reports NaN eval loss on every rank", "eval_loss"),
+    ("the evaluation loss came out NaN on every rank", "eval_loss"),
+    ("RL training of the Moonlight model produced a NaN gradient norm", "grad_norm"),
+    ("Fine-tuning an LLM on Dolly-15k produces NaN training loss", "loss"),
+    ("some examples gave NaN losses", "loss"),
+])
+def test_a_bad_value_said_before_its_metric(text, name):
+    assert name in values(text).get("nan_metrics", [])
+
+
+def test_a_bad_value_before_its_metric_said_absent():
+    assert "nan_metrics" not in values("there is no NaN loss at all")
+
+
 @pytest.mark.parametrize("text", ["loss 没有变成 nan", "the loss did not drop to 0", "loss 降到 0.05",
                                   "loss is fine but grad_norm is nan", "loss 先降到 0.3 然后变成 nan"])
 def test_prose_metric_gap_with_a_negation_another_metric_or_a_value_is_not_read(text):

@@ -63,6 +63,10 @@ _PROSE_METRIC = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")(?=(?
                            r"(?<![A-Za-z0-9_.])(?P<v>" + _BAD_VALUE + r")(?![A-Za-z0-9_]))", re.IGNORECASE)
 _PROSE_METRIC_REV = re.compile(r"(?<![\w])(?P<v>nan|NaN|inf|Inf)s?\b\s*(?:values?\s*)?(?:in|for|of|on)\s+(?:the\s+|both\s+)?"
                                r"(?P<m>" + _METRIC_NAME + r")", re.IGNORECASE)
+# The bad value as the metric's adjective: "reports NaN eval loss on every rank", "produces NaN training loss",
+# "a NaN gradient norm" (the word before the metric still names the evaluation loss, _EVAL_BEFORE).
+_PROSE_METRIC_ADJ = re.compile(r"(?<![\w-])(?P<v>nan|inf)\s+(?:(?:eval(?:uation)?|validation|val|test|training|train)"
+                               r"[ _])?(?P<m>loss(?:es)?|grad(?:ient)?[ _]norms?|kl)\b", re.IGNORECASE)
 # "loss: 11.20 -> 11.17 -> nan", "loss 2.1 → 8.3 → inf": a trajectory that ends in a bad value.
 _TRAJECTORY = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")['\"]?\s*[:=：]?\s*(?:[-+]?[\d.]+(?:e[-+]?\d+)?\s*"
                          r"(?:->|→|=>|—>|to|then|,)\s*)+(?P<v>nan|inf|0(?:\.0+)?(?![\d.]))(?![A-Za-z0-9_])", re.IGNORECASE)
@@ -70,6 +74,7 @@ _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes? t
                      # "the loss stays at 0", "grad_norm is stuck at nan"
                      r"(?:stays?|stayed|remains?|remained|(?:is |was |gets? |got )?stuck|sits?|sat|pinned) at|"
                      r"stays?|remains?|always|keeps?|got|gets|shows?|reports?|of|to|equals?|=|:|：|一直|都|总|变|变为|"
+                     r"(?:came|comes?|turned|turns?) out|"  # "the evaluation loss came out NaN"
                      r"变成|为|是|出现|会|就|直接|也|and [\w/]+ (?:will be|are|were|become)|一直为|一直是|"
                      r"全程|始终|全部|全都|均|"
                      # "loss 和 grad_norm 一直为 0", "loss、grad_norm 都是 nan", "loss and grad_norm are 0"
@@ -454,6 +459,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                 _SP, _ZERO, _COLLAPSE, _SHIFT_ATTN, _KL_K3, _LENGTH_NORM, _LORA, _PROSE_METRIC, _TRAJECTORY,
                 _PROSE_METRIC_REV, _LR_FIX, _LOSS_TYPE, _KTO_WORDS, _LIGHTNING, _PROSE_SPIKE, _PROSE_LR, _VERSION_WORDS,
                 _PROSE_HUGE, _FROM_START, _PROSE_SPIKE_REV))
+    metric_adj = hay.gate(_PROSE_METRIC_ADJ)
     high_loss = hay.gate(_PROSE_HIGH_LOSS)
     advantage = hay.gate(_PROSE_ADVANTAGE)
     may_climb = hay.may(_PROSE_FELL) and hay.may(_PROSE_ROSE)
@@ -537,6 +543,11 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                 facts.add("symptom", "huge", "text", n, s, source)
         for m in metric_rev.finditer(s):
             _prose_metric(facts, m.group("m"), m.group("v"), n, s, source, m.start("m"))
+        for m in metric_adj.finditer(s):
+            if not _SAID_ABSENT.search(s[max(0, m.start() - 40):m.start()]):  # "no NaN loss", "没有 nan loss"
+                name = m.group("m").lower()
+                name = "loss" if name.startswith("loss") else "grad_norm" if name.startswith("grad") else name
+                _prose_metric(facts, name, m.group("v"), n, s, source, m.start("m"))  # "NaN eval loss": eval_loss
         if "first_bad_step" not in facts and from_start.search(s):
             for clause in _SENTENCE_END.split(s):
                 if (_FROM_START.search(clause) and _BAD_IN_CLAUSE.search(clause)
