@@ -448,9 +448,10 @@ def test_a_symptom_said_in_a_short_title(text, symptom):
     assert symptom in values(text).get("symptom", [])
 
 
-@pytest.mark.parametrize("text", ["fused linear cross entropy stops with ZeroDivisionError when a sample has no "
-                                  "non-ignored labels", "it happens when the sample has no labels other than the "
-                                  "ignore index"])
+@pytest.mark.parametrize("text", [
+    "fused linear cross entropy stops with ZeroDivisionError when a sample has no non-ignored labels",
+    "it happens when the sample has no labels other than the ignore index",
+])
 def test_a_sample_with_no_label_left_said_in_words_is_the_masked_labels_error(text):
     assert "labels_all_masked" in values(text).get("errors", [])
 

@@ -182,7 +182,8 @@ _SYMPTOM = (
     # A training run that diverges; a process that crashes ("crash", "崩溃") is not a divergence.
     # "策略坍塌" / "奖励塌方" / "训崩了" say collapse in Chinese ("崩溃" alone is a crash).
     # "the KL divergence" names a metric, not a run that diverged ("then KL diverges" is one).
-    (re.compile(r"collaps\w+|diverg(?!ences?\b)\w+|(?<!kl )(?<!kl-)(?<!leibler )divergences?\b|发散|explod\w+|explosions?\b|(?<!显存)爆炸|loss spikes?|梯度爆炸|坍塌|塌方|训(?:练)?崩(?!溃)|"
+    (re.compile(r"collaps\w+|diverg(?!ences?\b)\w+|(?<!kl )(?<!kl-)(?<!leibler )divergences?\b|发散|explod\w+|"
+                r"explosions?\b|(?<!显存)爆炸|loss spikes?|梯度爆炸|坍塌|塌方|训(?:练)?崩(?!溃)|"
                 r"(?:模型|loss|训练|奖励|reward)\s*(?:直接|彻底)?崩(?:了|掉)", re.IGNORECASE), "collapse"),
     # A loss or gradient norm that climbs instead of falling: "loss 不降反升", "grad_norm 越来越大", "the gradient
     # norm keeps growing", "abnormally high grad_norm".
