@@ -443,6 +443,7 @@ def test_what_the_audit_found_is_read_as_the_run(text, want, absent):
     ("training divergence after 2k steps", "collapse"),
     ("the agentic example gives all-zero advantages, so the policy gets no learning signal", "zero_grad"),
     ("所有样本得分都是 -1、优势全为 0", "zero_grad"),
+    ("loss 飞了", "collapse"), ("训练到一半 loss 直接炸了", "collapse"), ("loss 飙到几万", "huge"),
 ])
 def test_a_symptom_said_in_a_short_title(text, symptom):
     assert symptom in values(text).get("symptom", [])
@@ -462,6 +463,7 @@ def test_a_sample_with_no_label_left_said_in_words_is_the_masked_labels_error(te
     ("the loss stays at 0.693", "zero_loss"), ("step 0 loss 2.31", "zero_loss"),
     ('negative KL and the "KL divergence is starting to become negative" warning', "collapse"),
     ("Both give identical results. Nothing diverged.", "collapse"),
+    ("显存爆了", "collapse"), ("the loss quickly becomes 0.5", "zero_loss"),
 ])
 def test_words_near_a_symptom_that_say_none(text, symptom):
     assert symptom not in values(text).get("symptom", [])
@@ -491,6 +493,12 @@ def test_prose_metric_with_words_of_time_or_speed_between(text, key, name):
 ])
 def test_a_bad_value_said_before_its_metric(text, name):
     assert name in values(text).get("nan_metrics", [])
+
+
+@pytest.mark.parametrize("text", ["the loss quickly becomes NaN", "it is normal at first, then nan",
+                                  "apply nan checks", "accelerate nan"])
+def test_words_that_merely_contain_a_metric_name_are_no_metric(text):
+    assert not {"quickly", "normal", "apply", "accelerate"} & set(values(text).get("nan_metrics", []))
 
 
 def test_a_bad_value_before_its_metric_said_absent():

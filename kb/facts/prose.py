@@ -57,7 +57,11 @@ _COLLAPSE = re.compile(r"!{4,}|exclamation mark|感叹号|全(?:部)?(?:变)?(?:
 # verl's `low_var_kl` (Schulman's k3): exp(ref - logp) overflows when the policy drifts; named in prose and code.
 _KL_K3 = re.compile(r"low[_ ]var[_ ]kl|\bk3\b(?:[ _-]?(?:kl|estimator))|kl[ _-]?estimator\W{0,3}k3", re.IGNORECASE)
 _LENGTH_NORM = re.compile(r"length[- ]normali[sz]\w*|average[_ ]log[_ ]?probs?|average_logps|长度归一", re.IGNORECASE)
-_METRIC_NAME = r"(?:[A-Za-z_/]*(?:loss|norm|kl|acc|accuracy|rewards?|logps|logits|margins?|entropy|ppl|nll)[A-Za-z_/]*)"
+# A metric's name: a metric word, alone or as the last word of a compound (`crossentropyloss`, `gradnorm`), with
+# `_` / `/` parts around it (`actor/grad_norm`, `rewards/chosen`, `kl_coef`); a whole word, so that "quickly",
+# "normal", "apply" and "accelerate" (which hold kl, norm, ppl and acc) are none.
+_METRIC_NAME = (r"(?:(?:[A-Za-z]+[_/])*(?:[A-Za-z]*(?:loss|norm)(?:es|s)?|kld?|acc|accuracy|rewards?|logps|logits|"
+                r"margins?|x?entropy|ppl|nll)\d*(?:[_/][A-Za-z0-9]+)*(?![A-Za-z0-9]))")
 _BAD_VALUE = r"(?:(?i:nan|inf|infinity)|无穷大?|0(?:\.0+)?(?![\d.])|zero)"  # "kl变为Nan" too
 _PROSE_METRIC = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")(?=(?P<gap>[^\n,，。.;；=]{0,30}?)"
                            r"(?<![A-Za-z0-9_.])(?P<v>" + _BAD_VALUE + r")(?![A-Za-z0-9_]))", re.IGNORECASE)
@@ -184,7 +188,13 @@ _SYMPTOM = (
     # "the KL divergence" names a metric, not a run that diverged ("then KL diverges" is one).
     (re.compile(r"collaps\w+|diverg(?!ences?\b)\w+|(?<!kl )(?<!kl-)(?<!leibler )divergences?\b|发散|explod\w+|"
                 r"explosions?\b|(?<!显存)爆炸|loss spikes?|梯度爆炸|坍塌|塌方|训(?:练)?崩(?!溃)|"
-                r"(?:模型|loss|训练|奖励|reward)\s*(?:直接|彻底)?崩(?:了|掉)", re.IGNORECASE), "collapse"),
+                r"(?:模型|loss|训练|奖励|reward)\s*(?:直接|彻底)?崩(?:了|掉)|"
+                # Chinese slang for a loss that blew up: "loss 飞了", "loss 直接炸了", "梯度爆了" ("显存爆了" is an OOM)
+                r"(?:loss|损失|梯度|grad[_ ]?norm)\s*(?:直接|突然|又|就|也)?(?:飞了|飞掉|炸了|炸掉|爆了|爆掉)",
+                re.IGNORECASE), "collapse"),
+    # A loss or gradient norm said in words to reach tens of thousands: "loss 飙到几万", "grad_norm 上万".
+    (re.compile(r"(?:loss|损失|梯度|grad[_ ]?norm)[^。，,;；\n]{0,8}?(?:几万|上万|几十万|上百万|几百万|上亿)", re.IGNORECASE),
+     "huge"),
     # A loss or gradient norm that climbs instead of falling: "loss 不降反升", "grad_norm 越来越大", "the gradient
     # norm keeps growing", "abnormally high grad_norm".
     (re.compile(r"不降反升|(?:loss|损失|grad_norm|梯度)[^。，,;；\n]{0,12}?越来越(?:大|高)|(?:loss|grad(?:ient)?[_ ]norm)"
