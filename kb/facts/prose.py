@@ -552,13 +552,15 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             if 100 <= float(m.group("v")) <= HUGE_VALUE:
                 facts.add("huge_metrics", "loss", "text", n, s, source)
                 facts.add("symptom", "huge", "text", n, s, source)
-        for m in metric_rev.finditer(s):
-            _prose_metric(facts, m.group("m"), m.group("v"), n, s, source, m.start("m"))
-        for m in metric_adj.finditer(s):
-            if not _SAID_ABSENT.search(s[max(0, m.start() - 40):m.start()]):  # "no NaN loss", "没有 nan loss"
-                name = m.group("m").lower()
+        # The value before its metric ("nan in the loss", "a NaN eval loss"), unless said absent ("no NaN loss",
+        # "there is no nan in the loss").
+        for m in [*metric_rev.finditer(s), *metric_adj.finditer(s)]:
+            if _SAID_ABSENT.search(s[max(0, m.start() - 40):m.start()]):
+                continue
+            name = m.group("m").lower()
+            if m.re is _PROSE_METRIC_ADJ:
                 name = "loss" if name.startswith("loss") else "grad_norm" if name.startswith("grad") else name
-                _prose_metric(facts, name, m.group("v"), n, s, source, m.start("m"))  # "NaN eval loss": eval_loss
+            _prose_metric(facts, name, m.group("v"), n, s, source, m.start("m"))  # "NaN eval loss": eval_loss
         if "first_bad_step" not in facts and from_start.search(s):
             for clause in _SENTENCE_END.split(s):
                 if (_FROM_START.search(clause) and _BAD_IN_CLAUSE.search(clause)
