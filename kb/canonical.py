@@ -31,6 +31,9 @@ _DTYPE = {
     "auto": "auto",
 }
 
+# What a kernel switch set off or left to its default says (`--flash_attn False`, `flash_attn: auto`): no kernel.
+SWITCH_OFF = ("false", "no", "off", "0", "n", "none", "null", "disable", "auto")
+
 FACTS: tuple[FactSpec, ...] = (
     # --- precision -------------------------------------------------------------------------------------
     FactSpec("precision", "dtype", ("mixed_precision", "dtype", "compute_dtype", "amp_dtype", "torch_dtype_compute"),
@@ -100,8 +103,7 @@ FACTS: tuple[FactSpec, ...] = (
                                   "fa3": "flash_attention_3",
                                   # LLaMA-Factory's `flash_attn: disabled` runs eager attention; a switch set off
                                   # (`--flash_attn False`) or left to the default (`auto`) says no kernel
-                                  "disabled": "eager",
-                                  **dict.fromkeys(("false", "no", "off", "0", "n", "none", "null", "disable", "auto"))}),
+                                  "disabled": "eager", **dict.fromkeys(SWITCH_OFF)}),
     FactSpec("shift_attn", "bool", ("shift_attn", "s2_attn", "use_s2_attn"), "LongLoRA shifted sparse attention"),
     FactSpec("model", "str", ("model", "model_name_or_path", "pretrain", "model_type", "model_id",
                               "actor_rollout_ref.model.path", "base_model"), "model name or path"),

@@ -15,6 +15,7 @@ from kb.canonical import (
     HUGE_VALUE,
     LIGHTNING_PRECISION,
     MODEL_FAMILIES,
+    SWITCH_OFF,
     WORKED_AFTER,
     is_grad_norm,
     is_limit_name,
@@ -48,7 +49,8 @@ _ZERO = re.compile(r"\bzero[ _-]?(?:stage[ _-]?)?([123])\b|\bds_z([123])|\bstage
 _ATTN = (
     # not when the name is a switch set off or left to the default (`--flash_attn False`, `flash_attn: auto`)
     (re.compile(r"(?:flash[ _-]?attn|flash[ _-]?attention|\bfa2\b)(?:_?2)?"
-                r"(?![ \t]*[:=]?[ \t]*[\"']?(?:false|no|off|0|none|null|auto|disabled?)\b)", re.IGNORECASE), "flash_attention_2"),
+                r"(?![ \t]*[:=]?[ \t]*[\"']?(?:" + "|".join((*SWITCH_OFF, "disabled")) + r")\b)", re.IGNORECASE),
+     "flash_attention_2"),
     (re.compile(r"\bsdpa\b|scaled_dot_product_attention", re.IGNORECASE), "sdpa"),
     (re.compile(r"\beager\b attention|attn_implementation\W+eager", re.IGNORECASE), "eager"),
 )
