@@ -660,6 +660,18 @@ def test_space_separated_metric_lines():
      "'global_step/max_steps': '45/380'}"), 45, "grad_norm"),
     # a notebook's Trainer table pasted with its tabs
     ("[80/80 02:02, Epoch 0/1]\nStep\tTraining Loss\n10\t2.040200\n20\tnan\n30\tnan", 20, "loss"),
+    # a batch counter (nanoVLM), LAVIS's bracketed counter (not the epoch's "[0]"), a line that opens with its step
+    ("Batch 706/56191 - Loss: nan", 706, "Loss"),
+    ("Train: data epoch: [0]  [  50/4427]  eta: 6:32:09  lr: 0.000001  loss: nan  time: 5.3553  max mem: 34957", 50,
+     "loss"),
+    ("step 00003 (0.27%) | loss: 2.784387 | lrm: 0.01\nstep 00004 (0.33%) | loss: nan | lrm: 0.02", 4, "loss"),
+    ("Iter 1: Val loss 2.1, Val took 61.907s\nIter 10: Train loss nan, Learning Rate 1.000e-05", 10, "loss"),
+    # a verl line wrapped in two: the second half belongs to the first half's step
+    (("(main_task pid=1) step:83 - global_seqlen/min:22900.000 - global_seqlen/max:23135.000\n"
+     "actor/kl_loss:nan - actor/kl_coef:0.001 - actor/pg_loss:nan"), 83, "actor/pg_loss"),
+    # a sentence first, then the log: the sentence's place is no step, the table's counter is
+    (("ZeRO-2 full fine-tuning on AMD GPUs: grad_norm NaN and loss 0 after a few steps\n| step | loss |\n|---|---|\n"
+     "| 38 | 1.5178 |\n| 39 | NaN |"), 39, "loss"),
 ])
 def test_the_logs_own_step_counter_is_the_step(log, step, metric):
     f = extract_facts(log)
@@ -668,14 +680,33 @@ def test_the_logs_own_step_counter_is_the_step(log, step, metric):
 
 def test_a_lone_python_dict_line_is_no_json_and_no_step():
     for line in ("{'loss': 0.0, 'grad_norm': nan, 'learning_rate': 2e-05, 'epoch': 0.05}",
+                 "{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.01}",  # issue 11's own example
                  "{'loss': nan, 'grad_norm': nan, ...}"):
         f = extract_facts(line)
         assert "grad_norm" in f.value("nan_metrics")
         assert not f.warnings  # not "JSON is truncated": it is Python's repr of a dict
         assert "first_bad_step" not in f  # one record from somewhere in a run: its number is not a step
+    f = extract_facts("{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.0}")
+    assert f.value("first_bad_step") == 1  # an epoch still 0.0 is the run's start
     # records from mid-run (epoch 2.5) do not start at step 1 either
     f = extract_facts("{'loss': 1.04, 'grad_norm': 42.1, 'epoch': 2.5}\n{'loss': nan, 'grad_norm': nan, 'epoch': 2.51}")
     assert "first_bad_step" not in f and f.value("nan_metrics") == ["loss", "grad_norm"]
+
+
+@pytest.mark.parametrize("text", [
+    "Epoch 0, Loss nan, LR 1.00e-05:  12%|█████",  # an epoch's index, not a fraction of one
+    "Epoch [1/3] loss: nan lr: 1e-5",  # the epoch's counter is not a step
+    # sentences, not records: a title and what was seen, each naming values
+    ("ZeRO-2 full fine-tuning on AMD GPUs: grad_norm NaN and loss 0 after a few steps\n"
+    "The run is fine at first, then grad_norm nan and loss 0.0 on every step."),
+    ("TRL reward model with LoRA (SEQ_CLS): loss ~1e34 and grad_norm nan, then loss 0.0\n"
+    "The first logged loss is 1.19e+34 with grad_norm nan, then loss 0.0 on every step."),
+    "V100 上 glm-4-9b LoRA SFT 出现 grad_norm nan\n第一条日志 loss 3.6，随后 loss 63、grad_norm nan，再之后 loss 0.0",
+    "action_accuracy:  tensor(0., device='cuda:0')\ntrain_loss:  nan",  # "cuda:0" is no metric, so no second record
+])
+def test_a_records_place_in_the_paste_is_no_step(text):
+    f = extract_facts(text)
+    assert f.value("nan_metrics") and "first_bad_step" not in f
 
 
 def test_a_printed_python_config_dict_is_read_as_a_config():
@@ -699,6 +730,9 @@ def test_a_printed_dict_holding_what_json_cannot_is_no_traceback(text):
     ("从第一步开始 loss 正常，之后变为 nan", None),  # the first step was fine
     ("It worked fine at the first step. Later the loss is nan.", None),
     ("ZeRO-3 gives an abnormally high loss on the first step", None),  # high is not a bad value; ZeRO is not zero
+    ("TinyLLaVA pretraining logs loss 0.0 and grad_norm 0.0 from the start", 1),
+    ("loss 从一开始就是 nan", 1), ("开始训练就 nan", 1),
+    ("the loss was normal from the start, then nan", None), ("loss 0.05 from the start", None),
 ])
 def test_the_first_bad_step_said_in_words(text, step):
     assert values(text).get("first_bad_step") == step

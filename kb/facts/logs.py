@@ -33,13 +33,20 @@ _SPACE_PAIR = re.compile(r"^\s*(?P<k>[A-Za-z_][\w/.\-]*)(?:[ \t]*[:=][ \t]*|[ \t
                          re.IGNORECASE)
 _METRIC_WORD = re.compile(r"loss|norm|reward|kl|acc|logps|logits|margin|entropy|score|lr|learning_rate|ppl|"
                           r"perplexity|advantage|ratio|clip|value|return|step|epoch|iter", re.IGNORECASE)
+_DEVICES = {"cuda", "npu", "xpu", "mps", "cpu", "hpu"}  # "device='cuda:0'" is no metric
 _STEP_KEYS = {"step", "global_step", "steps", "iter", "iteration", "train/global_step", "training/global_step",
               "global_steps", "update", "timestep"}
 _TQDM_STEP = re.compile(r"\b(\d+)/(\d+)\s*\[")
 # A progress counter that names itself: Megatron's "iteration      120/  100000", XTuner / mmengine's
 # "Iter(train) [ 120/3000]", ms-swift's "'global_step/max_steps': '45/380'", "Step 45/380".
-_COUNTER_STEP = re.compile(r"(?<![\w/])(?:iteration|iter(?:\(train\))?|global_step/max_steps|step)['\"]?\s*[:=]?\s*"
+_COUNTER_STEP = re.compile(r"(?<![\w/])(?:iteration|iter(?:\(train\))?|global_step/max_steps|step|batch)['\"]?\s*[:=]?\s*"
                            r"['\"]?\[?\s*(\d+)\s*/\s*\d+", re.IGNORECASE)
+# A bare bracketed counter, LAVIS / BLIP's MetricLogger: "Train: data epoch: [0]  [  50/4427]  eta: ...  loss: nan";
+# not the epoch's own "Epoch [1/3]".
+_BRACKET_STEP = re.compile(r"\[\s*(\d+)\s*/\s*\d+\s*\]")
+_EPOCH_BEFORE = re.compile(r"epoch\W{0,3}$", re.IGNORECASE)
+# A line that opens with its counter: nanochat's "step 00004 (0.33%) | loss: nan", "step 1: loss=0.0", mlx's "Iter 10:".
+_LEAD_STEP = re.compile(r"^\W{0,3}(?:global[ _])?(?:step|iter(?:ation)?|batch)\s*[:#]?\s*(\d+)\b(?![./])", re.IGNORECASE)
 # Megatron names some metrics in two words ("lm loss: NAN | grad norm: nan | loss scale: 1.0"); joined with "_"
 # they read like the one-word names of other trainers.
 _TWO_WORDS = re.compile(r"\b(lm|grad|params|loss|learning|num|mtp|moe|z|load[ _]balancing)\s+(loss|norm|scale|rate|zeros)"
@@ -95,11 +102,14 @@ def _record_from_pairs(n: int, text: str, pairs: list[tuple[str, str]]) -> Recor
     for k, val in metrics.items():
         if k.lower() in _STEP_KEYS and math.isfinite(val):
             step = int(val)
-    if step is None:
-        m = _COUNTER_STEP.search(text) or _TQDM_STEP.search(text)
-        if m:
-            step = int(m.group(1))
-    return Record(n, text, metrics, raw, step)
+    return Record(n, text, metrics, raw, _counter(text) if step is None else step)
+
+
+def _counter(text: str) -> int | None:
+    """The step a log line's own progress counter names, if it has one."""
+    m = (_COUNTER_STEP.search(text) or _LEAD_STEP.search(text) or _TQDM_STEP.search(text)
+         or next((b for b in _BRACKET_STEP.finditer(text) if not _EPOCH_BEFORE.search(text[:b.start()])), None))
+    return int(m.group(1)) if m else None
 
 
 def parse_metric_records(lines: list[tuple[int, str]]) -> list[Record]:
@@ -151,7 +161,7 @@ def parse_metric_records(lines: list[tuple[int, str]]) -> list[Record]:
         else:
             header = None
         joined = _TWO_WORDS.sub(lambda m: f"{m.group(1).replace(' ', '_')}_{m.group(2)}", s) if " | " in s else s
-        pairs = [(m.group("k"), m.group("v")) for m in _PAIR.finditer(joined)]
+        pairs = [(m.group("k"), m.group("v")) for m in _PAIR.finditer(joined) if m.group("k").lower() not in _DEVICES]
         loose = not pairs
         if loose:
             pairs = [(m.group("k"), m.group("v")) for m in _LOOSE_PAIR.finditer(s) if _METRIC_WORD.search(m.group("k"))]
@@ -182,7 +192,7 @@ def _nonfinite_metric(k: str, v: str) -> bool:
 
 def _single(n: int, s: str, group: list[tuple[str, str]]) -> Record | None:
     try:
-        return Record(n, s, {k: _value(v) for k, v in group}, dict(group), None)
+        return Record(n, s, {k: _value(v) for k, v in group}, dict(group), _counter(s))
     except ValueError:
         return None
 
@@ -200,14 +210,18 @@ def _table_record(n: int, s: str, pairs: list[tuple[str, str]]) -> Record | None
     return Record(n, s, metrics, dict(pairs), step)
 
 
+_NOT_METRICS = {"epoch", "learning_rate", "lr"}
+
+
 def metric_facts(records: list[Record], facts: Facts, source: str) -> None:
     seen_nonzero: dict[str, bool] = {}
     min_pos: dict[str, float] = {}  # smallest positive value seen so far, per metric (spike reference)
-    first_bad: tuple[int, int | None, str] | None = None
-    for i, r in enumerate(records, 1):
+    broken = False  # a bad value seen: later jumps are the breakage itself, not spikes before it
+    bad: list[Record] = []
+    for r in records:
         bad_here = False
         for k, v in r.metrics.items():
-            if k.lower() in _STEP_KEYS or k.lower() in {"epoch", "learning_rate", "lr"}:
+            if k.lower() in _STEP_KEYS or k.lower() in _NOT_METRICS:
                 continue
             detail = r.text.strip()
             if math.isnan(v) or math.isinf(v):
@@ -229,28 +243,64 @@ def metric_facts(records: list[Record], facts: Facts, source: str) -> None:
                 facts.add("symptom", "huge", "log", r.line, detail, source)
             if math.isfinite(v) and v != 0.0:
                 seen_nonzero[k] = True
-            if first_bad is None and math.isfinite(v) and (is_loss_like(k) or "norm" in k.lower()):
+            if not broken and math.isfinite(v) and (is_loss_like(k) or "norm" in k.lower()):
                 ref = min_pos.get(k)
                 if ref is not None and v > 10 * ref and v > 1.0:
                     facts.add("spike_metrics", k, "log", r.line, detail, source)
                 if v > 0:
                     min_pos[k] = v if ref is None else min(ref, v)
-        if bad_here and first_bad is None:
-            first_bad = (i, r.step, r.text.strip())
-            if r.step is not None:
-                facts.set("first_bad_step", r.step, "log", r.line, f"step {r.step}: {r.text.strip()}", source)
-            elif _from_the_start(records):
-                facts.set("first_bad_step", i, "log", r.line, f"record #{i}: {r.text.strip()}", source)
+        broken = broken or bad_here
+        if bad_here:
+            bad.append(r)
+    _first_bad_step([r for r in records if r.step is not None or not _prose(r)], bad, facts, source)
+
+
+def _first_bad_step(logged: list[Record], bad: list[Record], facts: Facts, source: str) -> None:
+    """The step of the first record with a bad value (`logged`: log lines, and sentences that name their step:
+    "loss NaN at step 4"): the record's own counter; on a line that continues the line before it (a wrapped verl
+    line: "step:83 - ..." then "actor/kl_loss:nan - ..."), that line's counter; the record's number only when the
+    records carry no counter at all and the paste starts the run."""
+    stepped = any(r.step is not None for r in logged)
+    for k, r in enumerate(logged):
+        if not any(r is b for b in bad):
+            continue
+        prev = logged[k - 1] if k else None
+        if r.step is not None:
+            facts.set("first_bad_step", r.step, "log", r.line, f"step {r.step}: {r.text.strip()}", source)
+        elif prev is not None and prev.step is not None and prev.line == r.line - 1:
+            facts.set("first_bad_step", prev.step, "log", r.line, f"step {prev.step}: {prev.text.strip()} / "
+                      f"{r.text.strip()}", source)
+        elif not stepped and _from_the_start(logged):
+            facts.set("first_bad_step", k + 1, "log", r.line, f"record #{k + 1}: {r.text.strip()}", source)
+        return
 
 
 def _from_the_start(records: list[Record]) -> bool:
-    """Whether a record's number may stand in for its step (the records carry none): the paste begins with the
-    run's first log, as its first record's epoch of 0 says, or, with no epoch logged, a run of several records
-    does. A lone `{'loss': nan, 'grad_norm': nan, 'epoch': 0.05}` says nothing about the step it came from."""
-    epoch = next((v for k, v in records[0].metrics.items() if k.lower() == "epoch"), None)
-    if epoch is not None:
-        return math.isfinite(epoch) and epoch <= 0.01
+    """Whether a log record's number may stand in for its step (the records carry none): the paste begins with
+    the run's first log. A fractional epoch says so: 0.0 on a lone record (the Trainer rounds to two decimals),
+    up to 0.01 on the first of several. With no epoch logged, a run of several records does. A lone
+    `{'loss': nan, 'grad_norm': nan, 'epoch': 0.01}` or `Epoch 0, Loss nan` (an epoch's index, not a fraction)
+    says nothing about the step it came from."""
+    first = records[0]
+    key = next((k for k in first.metrics if k.lower() == "epoch"), None)
+    if key is not None:
+        epoch = first.metrics[key]
+        if "." not in first.raw.get(key, ""):
+            return False
+        return math.isfinite(epoch) and epoch <= (0.0 if len(records) == 1 else 0.01)
     return len(records) >= 2
+
+
+# A sentence, not a log line: a run of four plain words ("loss goes nan after a few steps") or Chinese text.
+# Metric values read from it are kept, but its place among the records is not a step.
+_PROSE_RUN = re.compile(r"(?:\b[A-Za-z]+\b[ ,]+){3}\b[A-Za-z]+\b(?![:=(\[])|[\u4e00-\u9fff]{2}")
+
+
+def _prose(r: Record) -> bool:
+    rest = r.text
+    for v in r.raw.values():
+        rest = rest.replace(v, " ")
+    return bool(_PROSE_RUN.search(rest))
 
 
 def error_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:

@@ -119,9 +119,11 @@ def _gap_ok(gap: str) -> bool:
 # "from the first step the loss is nan", "从第一步起 loss 就是 0": the first bad step, said in words (a log's own
 # step counter, read earlier, wins). The clause must also name a bad value and not call anything normal.
 _FROM_START = re.compile(r"from the (?:very )?(?:first|1st) (?:step|iteration)|(?:from|at|on) step (?:0|1)\b|"
+                         r"from the (?:very )?(?:start|beginning|outset)\b|(?:从|一)开始(?:训练)?就|开始训练就|从一开始|"
                          r"(?:at|on) the (?:very )?(?:first|1st) (?:step|iteration)|"
                          r"从第(?:一|1)\s*(?:步|个\s*step|次迭代)|第(?:一|1)\s*(?:步|个\s*step)(?:就|起|开始)", re.IGNORECASE)
-_BAD_IN_CLAUSE = re.compile(r"(?<![\w.])(?:nan|inf)(?!\w)|(?:为|是|都是|就是)\s*0(?![\d.])|\b(?:is|was|are|were|of|to)\s+"
+_BAD_IN_CLAUSE = re.compile(r"(?<![\w.])(?:nan|inf)(?!\w)|(?:为|是|都是|就是)\s*0(?![\d.])|\b(?:loss|norm)\s*[:=]?\s*0(?:\.0+)?(?![\d.])|"
+                            r"\b(?:is|was|are|were|of|to)\s+"
                             r"(?:0(?:\.0+)?(?![\d.])|zero\b)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<!\d)\.|\.(?!\d)|[。;；!?！？]")  # not the point of "0.0"
 _NORMAL_IN_CLAUSE = re.compile(r"正常|\bnormal|\bfine\b|\bok\b|healthy|没问题", re.IGNORECASE)
