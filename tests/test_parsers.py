@@ -661,7 +661,7 @@ def test_space_separated_metric_lines():
     # a notebook's Trainer table pasted with its tabs
     ("[80/80 02:02, Epoch 0/1]\nStep\tTraining Loss\n10\t2.040200\n20\tnan\n30\tnan", 20, "loss"),
     # a batch counter (nanoVLM), LAVIS's bracketed counter (not the epoch's "[0]"), a line that opens with its step
-    ("Batch 706/56191 - Loss: nan", 706, "Loss"),
+    ("Batch 706/56191 - Loss: nan", 706, "loss"),
     ("Train: data epoch: [0]  [  50/4427]  eta: 6:32:09  lr: 0.000001  loss: nan  time: 5.3553  max mem: 34957", 50,
      "loss"),
     ("step 00003 (0.27%) | loss: 2.784387 | lrm: 0.01\nstep 00004 (0.33%) | loss: nan | lrm: 0.02", 4, "loss"),
@@ -707,6 +707,18 @@ def test_a_lone_python_dict_line_is_no_json_and_no_step():
 def test_a_records_place_in_the_paste_is_no_step(text):
     f = extract_facts(text)
     assert f.value("nan_metrics") and "first_bad_step" not in f
+
+
+@pytest.mark.parametrize(("text", "nan_metrics"), [
+    # a hand-written loop names its metrics in two words and capitals; they are the trainers' names
+    ("Step 5, Loss: NaN, Grad Norm: nan", ["loss", "grad_norm"]),
+    ("Epoch 2: Train Loss: 1.23, Val Loss: nan", ["eval_loss"]),
+    ("Epoch 1 | Loss: nan | LR: 1e-5", ["loss"]),
+    ("the gradient norm is inf after step 3", ["grad_norm"]),
+    ("the norm is nan", ["norm"]),
+])
+def test_metric_names_in_two_words_or_capitals(text, nan_metrics):
+    assert extract_facts(text).value("nan_metrics") == nan_metrics
 
 
 def test_a_printed_python_config_dict_is_read_as_a_config():

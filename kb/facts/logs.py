@@ -47,10 +47,18 @@ _BRACKET_STEP = re.compile(r"\[\s*(\d+)\s*/\s*\d+\s*\]")
 _EPOCH_BEFORE = re.compile(r"epoch\W{0,3}$", re.IGNORECASE)
 # A line that opens with its counter: nanochat's "step 00004 (0.33%) | loss: nan", "step 1: loss=0.0", mlx's "Iter 10:".
 _LEAD_STEP = re.compile(r"^\W{0,3}(?:global[ _])?(?:step|iter(?:ation)?|batch)\s*[:#]?\s*(\d+)\b(?![./])", re.IGNORECASE)
-# Megatron names some metrics in two words ("lm loss: NAN | grad norm: nan | loss scale: 1.0"); joined with "_"
-# they read like the one-word names of other trainers.
-_TWO_WORDS = re.compile(r"\b(lm|grad|params|loss|learning|num|mtp|moe|z|load[ _]balancing)\s+(loss|norm|scale|rate|zeros)"
-                        r"(?=\s*:)", re.IGNORECASE)
+# Megatron names some metrics in two words ("lm loss: NAN | grad norm: nan | loss scale: 1.0"), so do hand-written
+# loops ("Train Loss: nan, Val Loss: nan", "Grad Norm: inf"); joined with "_" they read like the one-word names of
+# other trainers, and a training / evaluation loss named so is the trainers' `loss` / `eval_loss`.
+_TWO_WORDS = re.compile(r"\b(lm|grad|params|loss|learning|num|mtp|moe|z|load[ _]balancing|train(?:ing)?|eval(?:uation)?|"
+                        r"val(?:id|idation)?|test)\s+(loss|norm|scale|rate|zeros)(?=\s*:)", re.IGNORECASE)
+_SPLIT_NAMES = {"train": "loss", "training": "loss", "eval": "eval_loss", "evaluation": "eval_loss", "val": "eval_loss",
+                "valid": "eval_loss", "validation": "eval_loss", "test": "eval_loss"}
+
+
+def _two_words(m: re.Match[str]) -> str:
+    first, second = m.group(1).lower().replace(" ", "_"), m.group(2).lower()
+    return _SPLIT_NAMES.get(first, f"{first}_{second}") if second == "loss" else f"{first}_{second}"
 _MD_SEP = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)+\|?\s*$")
 
 
@@ -154,17 +162,17 @@ def parse_metric_records(lines: list[tuple[int, str]]) -> list[Record]:
                 continue
             space = [m for c in cells if (m := _SPACE_PAIR.match(c))]
             if len(space) >= 2:
-                rec = _record_from_pairs(n, s, [(m.group("k"), m.group("v")) for m in space])
+                rec = _record_from_pairs(n, s, [(m.group("k").lower(), m.group("v")) for m in space])
                 if rec:
                     records.append(rec)
                 continue
         else:
             header = None
-        joined = _TWO_WORDS.sub(lambda m: f"{m.group(1).replace(' ', '_')}_{m.group(2)}", s) if " | " in s else s
-        pairs = [(m.group("k"), m.group("v")) for m in _PAIR.finditer(joined) if m.group("k").lower() not in _DEVICES]
+        joined = _TWO_WORDS.sub(_two_words, s)
+        pairs = [(m.group("k").lower(), m.group("v")) for m in _PAIR.finditer(joined) if m.group("k").lower() not in _DEVICES]
         loose = not pairs
         if loose:
-            pairs = [(m.group("k"), m.group("v")) for m in _LOOSE_PAIR.finditer(s) if _METRIC_WORD.search(m.group("k"))]
+            pairs = [(m.group("k").lower(), m.group("v")) for m in _LOOSE_PAIR.finditer(s) if _METRIC_WORD.search(m.group("k"))]
         # "'loss': 1.19e+34, 'grad_norm': nan, then 'loss': 0.0": a repeated key starts the next record.
         group: list[tuple[str, str]] = []
         for k, v in pairs + [("", "")]:

@@ -725,10 +725,15 @@ _EVAL_BEFORE = re.compile(r"(?:(?<![A-Za-z])(?:eval(?:uation)?|validation|val|de
                           r"(?:'s)?)?|(?:验证|评估|测试)集?(?:上)?的?)[ _]*$", re.IGNORECASE)
 
 
+_GRAD_BEFORE = re.compile(r"(?<![A-Za-z])grad(?:ient)?s?[ _-]*$", re.IGNORECASE)
+
+
 def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: str, start: int = -1) -> None:
     name = name.strip("/").lower()
     if name == "loss" and start > 0 and _EVAL_BEFORE.search(s[max(0, start - 20):start]):
         name = "eval_loss"
+    if name == "norm" and start > 0 and _GRAD_BEFORE.search(s[max(0, start - 12):start]):
+        name = "grad_norm"  # "grad norm: nan", "the gradient norm is inf"
     if is_limit_name(name):
         return  # `max_grad_norm: inf` is a setting
     if name in ("accuracy",):
