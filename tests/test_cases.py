@@ -305,6 +305,18 @@ def test_divergence_without_a_known_mechanism_gets_the_framework_defect_route(re
 
 
 @pytest.mark.slow
+def test_a_framework_defect_without_its_feature_names_no_curated_incident(real_kb):
+    # Issue 11: a bare metric line must not be sent after one curated defect's feature (LongLoRA shift_attn in
+    # LLaMA-Factory) that the report never mentions; with that feature in the paste, the incident is the answer.
+    d = real_kb.diagnose(text="{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.01}")
+    fb = [x for x in d.diagnoses if x.category == "framework-bug"]
+    assert fb and not fb[0].incident_id and not fb[0].fix and "no curated incident" in fb[0].title
+    assert any(e.kind == "case" for e in fb[0].evidence)  # the similar real reports stand instead
+    d = real_kb.diagnose(text="llamafactory-cli train: shift_attn: true, fp16: true\n{'loss': 0.0, 'grad_norm': nan}")
+    assert d.diagnoses[0].incident_id == "llamafactory-s2-attn-fp16-grad-nan"
+
+
+@pytest.mark.slow
 def test_ambiguous_report_asks_the_question_that_separates_and_an_answer_reranks(real_kb):
     # Not the wording of the one ms-swift report in the case base (that thread's own words are answered with
     # confidence): a short report that leaves the parallelism open.

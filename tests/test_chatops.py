@@ -126,6 +126,17 @@ def test_the_bots_quote_the_track_record_in_the_users_language():
     assert not any("of the time" in n for n in from_diagnosis(DIAGNOSIS).notes)  # never measured: nothing said
 
 
+def test_a_cause_with_no_curated_incident_renders_without_an_empty_id():
+    fb = {"incident_id": "", "category": "framework-bug", "confidence": 0.36, "evidence": [],
+          "title": "a defect of one framework feature or release; no curated incident matches this setup"}
+    msg = from_diagnosis({**DIAGNOSIS, "diagnoses": [fb]})
+    text, slack = to_text(msg), json.dumps(to_slack(msg))
+    card, md = feishu_reply_body(msg)["content"], to_dingtalk(msg)["markdown"]["text"]
+    assert "no curated incident matches" in text and "()" not in text
+    for out in (slack, card, md):
+        assert "``" not in out and "no curated incident matches" in out
+
+
 def test_abstention_and_chinese_labels():
     msg = from_diagnosis({"diagnoses": [], "abstained": True, "reason": "no signal", "lang": "zh"})
     assert msg.abstained and msg.heading == "知识库中没有足够匹配的事件" and msg.notes == ["no signal"]

@@ -116,7 +116,9 @@ def _paste_and_submit(drv, text: str) -> None:
 
 
 def test_paste_submit_read_the_result_in_chromium(server, repo_root):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
 
     # What the API says about this paste; the page must show exactly that (ranking is tested elsewhere).
     want = httpx.post(server + "/v1/diagnose?k=3", content=PASTE.encode(), timeout=120,
@@ -159,6 +161,20 @@ def test_paste_submit_read_the_result_in_chromium(server, repo_root):
         if shot:  # `KB_WEB_SCREENSHOT=docs/web.png pytest tests/test_web.py` refreshes the README's picture
             drv.execute_script("window.scrollTo(0, 0)")
             drv.save_screenshot(str(Path(shot)))
+        # A cause with no curated incident for this paste: its card names none (no empty "incident:" label).
+        bare = "{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.01}"
+        want = httpx.post(server + "/v1/diagnose?k=3", content=bare.encode(), timeout=120,
+                          headers={"content-type": "text/plain"}).json()
+        bare_ids = [d["incident_id"] for d in want["diagnoses"]]
+        assert "" in bare_ids
+        _paste_and_submit(drv, bare)
+        WebDriverWait(drv, 120, ignored_exceptions=(StaleElementReferenceException,)).until(
+            lambda d: [c.get_attribute("data-incident")
+                       for c in d.find_elements(By.CSS_SELECTOR, "#diagnoses .diagnosis")] == bare_ids)
+        cards = drv.find_elements(By.CSS_SELECTOR, "#diagnoses .diagnosis")
+        for card, iid in zip(cards, bare_ids):
+            meta = card.find_element(By.CSS_SELECTOR, ".meta").text
+            assert ("incident:" in meta) == bool(iid) and (iid in meta if iid else True)
     finally:
         drv.quit()
 

@@ -122,12 +122,17 @@ def _item_header(item: Item, labels: dict[str, str]) -> str:
     return " · ".join(bits)
 
 
+def _code(incident_id: str) -> str:
+    """An incident id as inline code and a space; nothing for a cause with no curated incident."""
+    return f"`{incident_id}` " if incident_id else ""
+
+
 # ---------------------------------------------------------------- plain text
 def to_text(msg: Message) -> str:
     lb = msg.labels
     out = [msg.heading]
     for i, it in enumerate(msg.items, 1):
-        out.append(f"\n{i}. {it.title} ({it.incident_id}) {_item_header(it, lb)}")
+        out.append(f"\n{i}. {it.title}{f' ({it.incident_id})' if it.incident_id else ''} {_item_header(it, lb)}")
         out += [f"   {lb['evidence']}: {e}" for e in it.evidence]
         if it.fix:
             out.append(f"   {lb['fix']}: {it.fix}")
@@ -148,7 +153,7 @@ def to_slack(msg: Message) -> dict:
     lb = msg.labels
     blocks: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": _clip(msg.heading, 150)}}]
     for i, it in enumerate(msg.items, 1):
-        lines = [f"*{i}. {_slack_escape(it.title)}*  `{_slack_escape(it.incident_id)}`",
+        lines = [f"*{i}. {_slack_escape(it.title)}*" + (f"  `{_slack_escape(it.incident_id)}`" if it.incident_id else ""),
                  f"_{_slack_escape(_item_header(it, lb))}_"]
         if it.evidence:
             lines.append(f"*{lb['evidence']}*")
@@ -179,7 +184,7 @@ def to_feishu_card(msg: Message) -> dict:
     lb = msg.labels
     elements: list[dict] = []
     for i, it in enumerate(msg.items, 1):
-        lines = [f"**{i}. {_lark_escape(it.title)}**", f"`{it.incident_id}` {_lark_escape(_item_header(it, lb))}"]
+        lines = [f"**{i}. {_lark_escape(it.title)}**", _code(it.incident_id) + _lark_escape(_item_header(it, lb))]
         if it.evidence:
             lines.append(f"**{lb['evidence']}**")
             lines += [f"- {_lark_escape(e)}" for e in it.evidence]
@@ -216,7 +221,7 @@ def to_dingtalk(msg: Message) -> dict:
     lb = msg.labels
     out = [f"### {_md_escape(msg.heading)}"]
     for i, it in enumerate(msg.items, 1):
-        out.append(f"**{i}. {_md_escape(it.title)}**  \n`{it.incident_id}` {_md_escape(_item_header(it, lb))}")
+        out.append(f"**{i}. {_md_escape(it.title)}**  \n{_code(it.incident_id)}{_md_escape(_item_header(it, lb))}")
         if it.evidence:
             out.append(f"**{lb['evidence']}**\n\n" + "\n".join(f"- {_md_escape(e)}" for e in it.evidence))
         if it.fix:

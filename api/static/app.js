@@ -161,8 +161,8 @@ function render(res, paste) {
     const card = el("div", { class: "card diagnosis", "data-category": d.category, "data-incident": d.incident_id });
     card.append(el("h3", {}, `${i + 1}. `, el("code", { text: d.category }), ` — ${d.title}`));
     const meta = el("div", { class: "meta" }, `${T.confidence}`,
-                    el("span", { class: "conf" }, el("i", { style: `width:${pct}%` })), `${pct}%  ·  ${T.incident}: `,
-                    el("code", { text: d.incident_id }));
+                    el("span", { class: "conf" }, el("i", { style: `width:${pct}%` })), `${pct}%`);
+    if (d.incident_id) meta.append(`  ·  ${T.incident}: `, el("code", { text: d.incident_id }));
     card.append(meta);
     if (d.decided_by) card.append(el("div", {}, el("span", { class: "label", text: `${T.decided_by}:` }), d.decided_by));
     if ((d.evidence || []).length) {

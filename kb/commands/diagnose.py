@@ -136,7 +136,7 @@ def _print(args, res) -> int:
         r = res.track_record
         echo(t("m.track_record", lang, band=r.band, pct=100 * r.right, reports=r.reports, of=r.of))
     for i, d in enumerate(res.diagnoses, 1):
-        echo(f"\n{i}. {d.category} ({d.confidence:.2f}) — {d.incident_id}", style="bold")
+        echo(f"\n{i}. {d.category} ({d.confidence:.2f}) — {d.incident_id or d.title}", style="bold")
         if d.decided_by:
             echo(f"   {t('l.decided_by', lang)}: {d.decided_by}")
         for e in d.evidence[:8]:

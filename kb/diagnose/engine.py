@@ -430,6 +430,14 @@ def _item(c: Candidate, others: list[Candidate], lang: str, confidence: float, f
     )
 
 
+def _uncurated_title(label: str, lang: str) -> str:
+    """The title of a cause that the case base holds but no curated incident describes for this report."""
+    if label == learned.FRAMEWORK_BUG:
+        return ("某个框架功能或版本的缺陷；没有与此配置匹配的已整理事件" if lang == "zh"
+                else "a defect of one framework feature or release; no curated incident matches this setup")
+    return "真实报告中出现过；暂无整理好的事件" if lang == "zh" else "seen in real reports; no curated incident yet"
+
+
 def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Facts, cands: list[Candidate],
                        query: str, whole: str, lang: str, k: int, warnings: list[str]) -> Diagnosis:
     """Rules + nearest real reports, weighed by the ranker fitted on the case base (kb.diagnose.learned)."""
@@ -487,12 +495,17 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
     shown = [lab for lab in (labels[i] for i in order) if lab != learned.OUT_OF_SCOPE][: max(1, k)]
     for n, lab in enumerate(shown):
         c = by_cat.get(lab)
+        if c is not None and lab == learned.FRAMEWORK_BUG and not c.fired:
+            # A curated framework defect is one feature of one release (shift_attn in LLaMA-Factory, ZeRO++ hpZ in
+            # ms-swift): without one of its triggers (its feature in the facts) it is not this report's defect, and
+            # its fix would send the user after a setting they do not have. The similar reports stand instead.
+            c = None
         if c is not None:
             out.diagnoses.append(_item(c, [o for o in cands if o is not c], lang, prob[lab], n == 0))
         else:
             out.diagnoses.append(DiagnosisItem(
                 incident_id="", category=lab, confidence=round(prob[lab], 3),
-                title=f"{lab} (seen in real reports; no curated incident yet)",
+                title=_uncurated_title(lab, lang),
                 evidence=[Evidence(kind="case", detail=f"similar report {index.cases[i].id}: {index.cases[i].url}")
                           for i in nbrs if case_labels[i] == lab][:3]))
         said = facts.get("version_evidence")

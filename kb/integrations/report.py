@@ -25,8 +25,9 @@ def format_report(diag: Diagnosis, collected: Collected | None = None, k: int = 
     if diag.abstained:
         out.append(("无法给出可靠诊断：" if zh else "No confident diagnosis: ") + diag.reason)
     for i, d in enumerate(diag.diagnoses[:k], 1):
-        out.append(f"{i}. {d.category} ({d.confidence:.2f}) — {d.incident_id}")
-        out.append(f"   {d.title}")
+        out.append(f"{i}. {d.category} ({d.confidence:.2f}) — {d.incident_id or d.title}")
+        if d.incident_id:
+            out.append(f"   {d.title}")
         if d.decided_by:  # line numbers point into the rendered facts, which the user never sees
             out.append(f"   decided by: {re.sub(r' [(]line [0-9]+[)]', '', d.decided_by)}")
         for e in d.evidence[:MAX_EVIDENCE]:
