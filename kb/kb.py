@@ -426,15 +426,23 @@ class KnowledgeBase:
         order: list[str] = []
         abstained, reason = False, ""
         questions: list[Question] = []
+        lead: list[AskResultItem] = []
         if not filters:
             d = self.diagnose(question=question, k=k)
             # The diagnosis's first incident leads; retrieval orders the rest (other incidents of the same
             # mechanism are what a question usually wants next).
             order = [x.incident_id for x in d.diagnoses[:1] if x.incident_id]
             abstained, reason, questions = d.abstained, d.reason, d.questions
+            if d.diagnoses and not d.diagnoses[0].incident_id and not d.abstained:
+                # A cause no curated incident describes for this question (a framework defect without its
+                # feature): it leads as itself, with the similar real reports as its sources.
+                x = d.diagnoses[0]
+                lead = [AskResultItem(id="", title=x.title, category=x.category, framework="", algorithm="",
+                                      score=x.confidence, evidence=[e.detail for e in x.evidence[:5]], fix="",
+                                      sources=[r.url for r in d.similar_reports[:3]])]
         order += [h.id for h in hits if h.id not in order]
-        items = []
-        for rid in order[:k]:
+        items = list(lead)
+        for rid in order[:k - len(lead)]:
             h = by_id.get(rid) or SearchHit(id=rid, score=0.0, bm25=0.0, dense=0.0, incident=self.records[rid])
             items.append(self._ask_item(h, lang))
         if not items:

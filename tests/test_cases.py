@@ -342,8 +342,15 @@ def test_ask_and_diagnose_agree_on_the_first_category(real_kb):
                  "loss 突然变成 0 了", "KTO loss nan with vanilla_loss"):
         a = real_kb.ask(text)
         d = real_kb.diagnose(question=text)
-        if d.diagnoses and d.diagnoses[0].incident_id:
+        if d.diagnoses and not d.abstained:
             assert a.results[0].category == d.diagnoses[0].category, text
+    # A cause with no curated incident for the question leads `kb ask` as itself, its similar reports as sources.
+    text = "{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.01}"
+    a, d = real_kb.ask(text), real_kb.diagnose(question=text)
+    assert d.diagnoses[0].incident_id == "" and a.results[0].id == ""
+    assert a.results[0].category == d.diagnoses[0].category == "framework-bug"
+    assert a.results[0].sources == [r.url for r in d.similar_reports[:3]] and a.results[0].sources
+    assert len(a.results) == 5 and all(r.id for r in a.results[1:])
 
 
 @pytest.mark.slow

@@ -102,6 +102,18 @@ def test_chinese_query_gets_chinese_content(url, lib):
         assert records[0]["metadata"]["lang"] == "zh" and "修复" in records[0]["content"]
 
 
+def test_a_cause_with_no_curated_incident_is_a_record_too(url, lib):
+    q = "{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.01}"
+    first = lib(q, k=3).results[0]
+    assert first.id == "" and first.category == "framework-bug"  # a framework defect without its feature
+    r = post(url, ours(q, top_k=3))
+    assert r.status_code == 200, r.text
+    top = r.json()["records"][0]
+    assert top["metadata"]["id"] == "" and top["metadata"]["category"] == "framework-bug"
+    assert "no curated incident" in top["content"] and "similar report" in top["content"]
+    assert top["metadata"]["sources"] and all(u.startswith("https://") for u in top["metadata"]["sources"])
+
+
 def test_nothing_fits_gives_an_empty_list(url, lib):
     assert lib("how do I bake sourdough bread at home").abstained
     r = post(url, ours("how do I bake sourdough bread at home"))

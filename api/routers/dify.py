@@ -113,9 +113,10 @@ async def retrieval(request: Request, settings: SettingsDep, kb: Annotated[objec
         score = max(0.0, min(1.0, float(r.score)))
         if score < setting.score_threshold:
             continue
-        inc = kb.get(r.id)
-        urls = [s.url for s in inc.sources if s.url.startswith(("http://", "https://"))]
-        records.append(Record(content=_content(inc, res.lang, r.fix), score=round(score, 4), title=r.title,
+        inc = kb.get(r.id) if r.id else None  # no id: a cause with no curated incident, its similar reports
+        urls = [u for u in (r.sources if inc is None else (s.url for s in inc.sources)) if u.startswith(("http://", "https://"))]
+        content = _content(inc, res.lang, r.fix) if inc is not None else "\n".join([r.title, *r.evidence])
+        records.append(Record(content=content, score=round(score, 4), title=r.title,
                               metadata={"id": r.id, "category": r.category, "framework": r.framework,
                                         "algorithm": r.algorithm, "url": urls[0] if urls else "",
                                         "sources": urls, "repro": r.repro, "lang": res.lang}))

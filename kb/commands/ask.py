@@ -73,7 +73,7 @@ def run(args) -> int:
     show(table(["#", t("h.id", lang), t("h.title", lang), t("h.framework", lang), t("h.algorithm", lang),
                 t("h.category", lang), t("h.score", lang)], rows, wide=[2], optional=[4, 3]))
     for i, r in enumerate(res.results, 1):
-        echo(f"\n{i}. {r.id}", style="bold")
+        echo(f"\n{i}. {r.id or r.title}", style="bold")
         for e in r.evidence:
             echo(f"   {t('l.evidence', lang)}: {e}")
         if r.fix:
