@@ -721,6 +721,22 @@ def test_metric_names_in_two_words_or_capitals(text, nan_metrics):
     assert extract_facts(text).value("nan_metrics") == nan_metrics
 
 
+@pytest.mark.parametrize(("text", "precision", "working"), [
+    # issue 11: a setting the reporter tried and dropped, or merely asks about, is not the run's
+    ("I tried fp16 first but switched to bf16; the loss is still nan", "bf16", None),
+    ("换成 bf16 之后还是 nan", "bf16", None),  # switched to it, and it still fails: the run's now
+    ("Should I use fp16 or bf16? my loss is nan with bf16", "bf16", None),
+    ("要不要换成 bf16？现在 fp16 训练 loss 为 nan", "fp16", None),
+    ("Is it a fp16 problem? The loss is nan", None, None),
+    ("试过 bf16，也是 nan，现在用 fp16", "fp16", None),
+    ("I also tried bf16, and it works", None, "bf16"),
+    ("改成 bf16 后 loss 不再一直为 0，但偶尔仍为 0", None, "bf16"),  # it helped, whatever else still fails
+])
+def test_a_dtype_tried_or_asked_about_is_not_the_runs(text, precision, working):
+    f = values(text)
+    assert (f.get("precision"), f.get("working_dtype")) == (precision, working)
+
+
 def test_a_printed_python_config_dict_is_read_as_a_config():
     f = values("{'fp16': True, 'learning_rate': 2e-05, 'deepspeed': {'zero_optimization': {'stage': 2, "
                "'overlap_comm': True}}}")

@@ -310,6 +310,17 @@ for _fam, _rx in _FAMILY_RX:
 _HARDWARE_FIGURE = re.compile(r"(?:flops|\bmfu|throughput|\btok(?:en)?s?/s(?:ec)?|\bsamples?/s(?:ec)?|\bit/s|\bs/it|吞吐量?)"
                               r"[^,;|\n]{0,24}$", re.IGNORECASE)
 # A dtype the reporter could not use is not the run's dtype.
+# A dtype the reporter tried and dropped ("I tried fp16 first", "试过 fp16") is not the run's; one named in a question
+# ("should I use fp16 or bf16?", "要不要换成 bf16？") is not a setting at all (issue 11: "a setting the reporter tried
+# and dropped, or merely asks about, is not the setting of the run").
+_TRIED = re.compile(r"(?:\btried|\btrying|试过|尝试过|也试了|试了)\s*(?:\w+\s+){0,2}$", re.IGNORECASE)
+_QUESTION = re.compile(r"[?？]\s*$|^\s*(?:should|shall|can|could|would|do|does|is it|are)\b|"
+                       r"(?:是否|要不要|能不能|该不该|需不需要|可不可以)[^，,]*$", re.IGNORECASE)
+_BETTER = re.compile(r"不再|no longer|不会再|没有再", re.IGNORECASE)  # "改成 bf16 后不再一直为 0，但偶尔仍为 0": it helped
+# What follows a switch says it did not help: "switched to bf16; the loss is still nan", "换成 bf16 还是 nan".
+_STILL_BAD = re.compile(r"\b(?:still|again|the same)\b[^.。\n]{0,30}?(?:(?<![A-Za-z])(?:nan|inf)(?![A-Za-z])|\b0(?:\.0+)?\b|"
+                        r"zero|diverg|explod)|(?:还是|仍然|依然|仍|照样|依旧)[^。\n]{0,10}?(?:nan|inf|为\s*0|是\s*0|0|发散|爆炸)",
+                        re.IGNORECASE)
 _CANNOT_USE = re.compile(r"(?:不支持|用不了|不能用|无法使用|没法用|不可用|can(?:'|no)?t use|cannot use|(?:doesn'?t|does not|don'?t|"
                          r"do not) support|no support for|unsupported)\s*$", re.IGNORECASE)
 
@@ -347,6 +358,19 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                         facts.set("gpu_bf16", False, "text", n, clause, source)
                     continue
                 part = _part_of(clause, m.start(), m.end())
+                lead = part[: part.find(m.group(0))] if m.group(0) in part else before
+                if _QUESTION.search(part) or _QUESTION.search(lead):
+                    continue  # "should I use fp16 or bf16?", "要不要换成 bf16"
+                after = s[cm.start() + m.end(): cm.start() + m.end() + 60]
+                still = _STILL_BAD.search(after)
+                if FIX_CUE.search(before) and still and not _BETTER.search(after[: still.start()]):
+                    facts.set("precision", d, "text", n, clause, source)  # switched to it, and it still fails
+                    continue
+                if _TRIED.search(before):
+                    # tried and dropped; a bf16 / fp32 tried that trained is the setting that worked
+                    if d in ("bf16", "fp32") and (_GOOD.search(part) or _GOOD.search(clause)):
+                        facts.set("working_dtype", d, "text", n, clause, source)
+                    continue
                 if _GOOD.search(part):
                     good = True
                 elif _WENT_BAD.search(part):
