@@ -737,6 +737,28 @@ def test_a_dtype_tried_or_asked_about_is_not_the_runs(text, precision, working):
     assert (f.get("precision"), f.get("working_dtype")) == (precision, working)
 
 
+@pytest.mark.parametrize(("text", "facts"), [
+    # a feature said not to be in use is not the run's (issue 11: a setting the reporter ... is not the run's)
+    ("I don't use sequence parallel. DPO nll_loss nan", {"sequence_parallel": False}),
+    ("没有开序列并行，DPO nll_loss 为 nan", {"sequence_parallel": False}),
+    ("sequence parallel is off, nll_loss nan", {"sequence_parallel": False}),
+    ("I'm not using flash attention, loss nan", {}),
+    ("未开启 shift_attn，loss 为 nan", {"shift_attn": False}),
+    ("without LoRA, full fine-tuning, loss nan", {"finetuning_type": "full"}),
+    # turned off as the fix: the run had it, and the fix is the switch
+    ("序列并行关掉之后就正常了", {"sequence_parallel": True, "fix_changes": ["sequence_parallel_size=1"]}),
+    ("关闭 flash attention 后正常", {"attn_implementation": "flash_attention_2",
+                                     "fix_changes": ["attn_implementation=eager"]}),
+    # "without it" as the comparison that trained, and plain use
+    ("no NaN without flash attention, NaN with it", {"attn_implementation": "flash_attention_2"}),
+    ("with sequence parallel the nll_loss is nan", {"sequence_parallel": True}),
+    ("shift_attn 开启后 grad_norm nan", {"shift_attn": True}),
+])
+def test_a_feature_said_off_is_not_the_runs(text, facts):
+    keys = ("sequence_parallel", "attn_implementation", "shift_attn", "use_peft", "finetuning_type", "fix_changes")
+    assert {k: v for k, v in values(text).items() if k in keys} == facts
+
+
 def test_a_printed_python_config_dict_is_read_as_a_config():
     f = values("{'fp16': True, 'learning_rate': 2e-05, 'deepspeed': {'zero_optimization': {'stage': 2, "
                "'overlap_comm': True}}}")

@@ -253,6 +253,33 @@ _FW_AMBIGUOUS = {"torch", "pytorch", "transformers", "deepspeed", "hf trainer"}
 _ALGO_AMBIGUOUS = {"rm", "pt", "reward", "gae"}
 
 
+# A feature named as not in use: "I don't use sequence parallel", "没有开序列并行", "without LoRA", "sequence parallel
+# is off", "未开启 shift_attn". Turned off as the fix ("序列并行关掉之后就正常了") is the opposite: the run had it.
+_OFF_BEFORE = re.compile(r"(?:\b(?:don'?t|do not|doesn'?t|does not|didn'?t|did not|not|never|without|no)\s+(?:\w+\s+){0,2}|"
+                         r"(?:没有|没|未|不|并未|并没有)(?:开启?|打开|启用|使用|用|开|加)?\s*(?:\w+\s*)?|"
+                         r"(?:关闭|关掉|禁用|去掉)了?\s*|\b(?:turn|switch)(?:ed|ing|s)? off\s+(?:the\s+)?|\bdisabl\w*\s+(?:the\s+)?)$",
+                         re.IGNORECASE)
+_OFF_AFTER = re.compile(r"^\W{0,3}(?:(?:is|was|are|were)\s+(?:off|disabled|turned off|not (?:used|enabled|on))\b|"
+                        r"(?:off|disabled)\b|(?:关闭|关掉|关了|禁用|未开启|没开|没有开))", re.IGNORECASE)
+
+
+_FINE_BEFORE = re.compile(r"(?:\bno (?:nan|inf)\b|\bfine\b|\bworks?\b|\bnormal\b|正常|没问题)[^.。;；\n]{0,30}$", re.IGNORECASE)
+
+
+def _off_words(s: str, start: int, end: int) -> bool:
+    """Words next to the feature at s[start:end] say it is off, not used, or turned off."""
+    return bool(_OFF_BEFORE.search(s[max(0, start - 24):start]) or _OFF_AFTER.search(s[end:end + 16]))
+
+
+def _said_off(s: str, start: int, end: int) -> bool:
+    """The feature at s[start:end] is said not to be in use by the run: not when turning it off was the fix
+    ("序列并行关掉之后就正常了"), nor when "without it" is the comparison that trained ("no NaN without flash
+    attention, NaN with it")."""
+    if said_as_fix(s, start, end) or _FINE_BEFORE.search(s[max(0, start - 40):start]):
+        return False
+    return _off_words(s, start, end)
+
+
 _FAMILY_RX = [(fam, re.compile(rx, re.IGNORECASE)) for fam, rx in MODEL_FAMILIES]
 _SHIFT_ATTN = re.compile(r"S(?:\^?2|²)[- ]?attn|S(?:\^?2|²)[- ]Attention|shift(?:ed)?[_ ]attn|shifted sparse attention|"
                          r"LongLoRA", re.IGNORECASE)
@@ -508,23 +535,33 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     full: list[tuple[bool, int, str]] = []  # the same per full fine-tuning mention
     symptoms = [(rx, sym) for rx, sym in _SYMPTOM if hay.may(rx)]
     for n, s in lines:
-        if sp.search(s):
-            facts.set("sequence_parallel", True, "text", n, s, source)
+        m = sp.search(s)
+        if m:
+            facts.set("sequence_parallel", not _said_off(s, m.start(), m.end()), "text", n, s, source)
+            if said_as_fix(s, m.start(), m.end()) and _off_words(s, m.start(), m.end()):
+                facts.add("fix_changes", "sequence_parallel_size=1", "text", n, s, source)  # "关掉之后就正常了"
         m = zero.search(s)
         if m and mentions_ds:
             facts.set("zero_stage", int(next(g for g in m.groups() if g)), "text", n, s, source)
         for rx, impl in attn:
             m = rx.search(s)
             if m:
-                if said_as_fix(s, m.start(), m.end()):  # "switching to eager attention fixes it"
+                if said_as_fix(s, m.start(), m.end()) and _off_words(s, m.start(), m.end()):
+                    # "关闭 flash attention 后正常", "turning flash attention off fixed it": the run had it
+                    facts.set("attn_implementation", impl, "text", n, s, source)
+                    facts.add("fix_changes", "attn_implementation=eager", "text", n, s, source)
+                elif said_as_fix(s, m.start(), m.end()):  # "switching to eager attention fixes it"
                     facts.add("fix_changes", f"attn_implementation={impl}", "text", n, s, source)
+                elif _said_off(s, m.start(), m.end()):
+                    pass  # "I'm not using flash attention": which kernel the run uses is not said
                 else:
                     facts.set("attn_implementation", impl, "text", n, s, source)
                 break
         if collapse.search(s):
             facts.set("output_collapse", True, "text", n, s, source)
             facts.add("symptom", "collapse", "text", n, s, source)
-        if shift_attn.search(s):
+        m = shift_attn.search(s)
+        if m and not _said_off(s, m.start(), m.end()):
             facts.set("shift_attn", True, "text", n, s, source)
         m = kl_k3.search(s)
         if m:
@@ -532,7 +569,8 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         if length_norm.search(s):
             facts.set("average_log_prob", True, "text", n, s, source)
         for m in lora.finditer(s):
-            adapters.append((_compared_ok(s, m.end()), n, s))
+            if not _said_off(s, m.start(), m.end()):  # "without LoRA, full fine-tuning"
+                adapters.append((_compared_ok(s, m.end()), n, s))
         for m in full_ft.finditer(s):
             full.append((_compared_ok(s, m.end()), n, s))
         for m in prose_lr.finditer(s):

@@ -71,7 +71,8 @@ def _ascii_bounded(text: str, start: int, end: int) -> bool:
         not (after.isascii() and (after.isalnum() or after == "_"))
 
 
-_DISABLE = re.compile(r"(禁用|关闭|关掉|移除|去掉|去除|删除|删掉|不使用|不用|不要|取消|避免使用|without|disabl\w*|"
+_DISABLE = re.compile(r"(禁用|关闭|关掉|移除|去掉|去除|删除|删掉|不使用|不用|不要|取消|避免使用|未开启|未启用|未使用|没有?开启?|"
+                      r"没有?用|没有?使用|without|not using|(?:do|does|did)(?:n'?t| not) use|disabl\w*|"
                       r"remov\w*|drop\w*|turn(?:ed|ing)? off|no longer|omit\w*|unset)", re.IGNORECASE)
 _ENABLE = re.compile(r"(启用|开启|打开|使用|用了|加上|加了|添加|设置了|开了|enabl\w*|with|using|turn(?:ed|ing)? on|"
                      r"add\w*|pass\w*|set)", re.IGNORECASE)
