@@ -759,6 +759,24 @@ def test_a_feature_said_off_is_not_the_runs(text, facts):
     assert {k: v for k, v in values(text).items() if k in keys} == facts
 
 
+@pytest.mark.parametrize(("text", "facts"), [
+    # the run's GPU, not the one compared with or denied
+    ("It's not a V100, it's an A100 80G; fp16 loss nan", {"gpu": "A100", "gpu_bf16": True}),
+    ("之前在 V100 上跑正常，换到 A100 后 loss nan", {"gpu": "A100", "gpu_bf16": True}),
+    ("on A100 it works, on V100 the loss is nan", {"gpu": "V100", "gpu_bf16": False}),
+    ("8 张 RTX 3090 训练，loss nan", {"gpu": "RTX 3090", "gpu_bf16": True}),
+    ("V100 上 swift sft 用 --fp16 false 全参训练仍出现 NaN", {"gpu": "V100", "gpu_bf16": False, "framework": "ms-swift"}),
+    # a dtype the GPU cannot use, said after it, and a framework said unused
+    ("bf16 is not supported on my GPU, so I use fp32; loss nan", {"gpu_bf16": False}),
+    ("not using deepspeed, single GPU, loss nan", {}),
+])
+def test_the_runs_gpu_and_framework_not_the_ones_compared_or_denied(text, facts):
+    v = values(text)
+    assert {k: v[k] for k in ("gpu", "gpu_bf16", "framework") if k in v} == facts
+    if "not supported" in text:
+        assert v.get("precision") != "bf16"
+
+
 def test_a_printed_python_config_dict_is_read_as_a_config():
     f = values("{'fp16': True, 'learning_rate': 2e-05, 'deepspeed': {'zero_optimization': {'stage': 2, "
                "'overlap_comm': True}}}")

@@ -304,6 +304,9 @@ def _from_the_start(records: list[Record]) -> bool:
 _PROSE_RUN = re.compile(r"(?:\b[A-Za-z]+\b[ ,]+){3}\b[A-Za-z]+\b(?![:=(\[])|[\u4e00-\u9fff]{2}")
 
 
+_NOT_A = re.compile(r"(?:\bnot (?:a|an|on)|\bisn'?t (?:a|an)|不是|并非)\s*$", re.IGNORECASE)
+
+
 def _prose(r: Record) -> bool:
     rest = r.text
     for v in r.raw.values():
@@ -337,7 +340,9 @@ def env_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         m = _TORCH_ENV.search(s)
         if m:
             facts.set("torch_version", m.group("ver"), "env", n, m.group(0), source)
-        m = GPU_NAME.search(s)
+        # a sentence may name GPUs it compares ("之前在 V100 上正常", "it's not a V100"): kb.facts.statements reads those
+        m = None if _PROSE_RUN.search(s) else next(
+            (g for g in GPU_NAME.finditer(s) if not _NOT_A.search(s[max(0, g.start() - 12):g.start()])), None)
         if m:
             gpu = re.sub(r"\s+", " ", m.group("gpu"))
             facts.set("gpu", gpu, "env", n, s.strip(), source)

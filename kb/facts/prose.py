@@ -12,6 +12,7 @@ from kb.canonical import (
     DTYPE_WORD,
     FIX_CUE,
     FRAMEWORKS,
+    GPU_WITHOUT_BF16,
     HUGE_VALUE,
     LIGHTNING_PRECISION,
     MODEL_FAMILIES,
@@ -348,6 +349,8 @@ _BETTER = re.compile(r"不再|no longer|不会再|没有再", re.IGNORECASE)  # 
 _STILL_BAD = re.compile(r"\b(?:still|again|the same)\b[^.。\n]{0,30}?(?:(?<![A-Za-z])(?:nan|inf)(?![A-Za-z])|\b0(?:\.0+)?\b|"
                         r"zero|diverg|explod)|(?:还是|仍然|依然|仍|照样|依旧)[^。\n]{0,10}?(?:nan|inf|为\s*0|是\s*0|0|发散|爆炸)",
                         re.IGNORECASE)
+_NOT_SUPPORTED_AFTER = re.compile(r"\s*(?:(?:is|was)\s*(?:not|n't)\s+(?:supported|available)|isn'?t\s+(?:supported|available)|"
+                                  r"(?:不被)?不支持|用不了|不可用)", re.IGNORECASE)  # "bf16 is not supported on my GPU"
 _CANNOT_USE = re.compile(r"(?:不支持|用不了|不能用|无法使用|没法用|不可用|can(?:'|no)?t use|cannot use|(?:doesn'?t|does not|don'?t|"
                          r"do not) support|no support for|unsupported)\s*$", re.IGNORECASE)
 
@@ -379,7 +382,7 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                 d = DTYPE_OF_WORD.get(fold(m.group(1)))  # fold: IGNORECASE matched "İ" / "ſ" too
                 if d is None:
                     continue
-                if _CANNOT_USE.search(before):
+                if _CANNOT_USE.search(before) or _NOT_SUPPORTED_AFTER.match(clause, m.end()):
                     # "V100，用不了 bf16", "my GPU doesn't support bf16": what the run could not use.
                     if d == "bf16":
                         facts.set("gpu_bf16", False, "text", n, clause, source)
@@ -509,7 +512,13 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     if got:
         facts.set("algorithm", got[0], "text", got[1], got[2], source)
     specific = [(name, rx) for name, rx in _FW_RX if name not in ("DeepSpeed", "transformers")]
-    got = _first(joined, specific) or _first(joined, [(n, r) for n, r in _FW_RX if n in ("DeepSpeed", "transformers")])
+    got = _first(joined, specific)
+    if got is None:
+        # DeepSpeed / transformers only as the fallback, and not when said unused ("not using deepspeed")
+        got = _first(joined, [(n, r) for n, r in _FW_RX if n in ("DeepSpeed", "transformers")])
+        m = dict(_FW_RX)[got[0]].search(got[2]) if got else None
+        if m and _said_off(got[2], m.start(), m.end()):
+            got = None
     if got:
         facts.set("framework", got[0], "text", got[1], got[2], source)
     if "model_family" not in facts:
@@ -826,6 +835,9 @@ def derive(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             if ev is not None and eid in facts.value("errors", []):
                 facts.set("precision", "fp16", "log", ev.line, f"fp16 loss scaling: {ev.detail}", ev.source)
                 break
+    gpu = facts.get("gpu")
+    if gpu is not None and "gpu_bf16" not in facts:  # a GPU named in a sentence: can it train in bf16?
+        facts.set("gpu_bf16", not GPU_WITHOUT_BF16.search(str(gpu.value)), gpu.kind, gpu.line, gpu.detail, gpu.source)
     sp = facts.get("sequence_parallel_size")
     if sp is not None and isinstance(sp.value, int) and sp.value > 1:
         facts.set("sequence_parallel", True, sp.kind, sp.line, sp.detail, sp.source)

@@ -253,7 +253,7 @@ def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
             if 1 <= n <= 1024:
                 out.append(Finding("num_gpus", n, _snippet(text, m.start(), m.end()), "prose", m.start()))
         for m in hay.gate(GPU_NAME).finditer(text):
-            out.append(Finding("gpu", m.group("gpu").replace(" ", ""), m.group(0), "prose", m.start()))
+            out.append(Finding("gpu", re.sub(r"\s+", " ", m.group("gpu")), m.group(0), "prose", m.start()))
         for m in hay.gate(_VERSION).finditer(text):
             name = re.sub(r"[\s_]+", "-", m.group(1).lower())
             key = _VERSION_KEY.get(name) or canonical_key(name)
@@ -391,6 +391,20 @@ _NOT_STATED = {"framework"}  # named by kb.facts.prose with its own precedence
 _SETTING_LINE = re.compile(r"^\s*(?:[-*]\s+)?[\"']?[A-Za-z_][\w.\-]*[\"']?\s*[:=]|[{}]|(?<![\w-])--[A-Za-z]")
 
 
+_NOT_THIS = re.compile(r"(?:\bnot (?:a|an|on|the|on an?)|\bisn'?t (?:a|an)|不是|并非|而不是|并不是)\s*$", re.IGNORECASE)
+_PART_END = re.compile(r"[,，;；。.!?！？\n]")
+_FINE = re.compile(r"正常|没问题|\bfine\b|\bworks?\b|\bworked\b|no (?:nan|problem)", re.IGNORECASE)
+_BAD = re.compile(r"(?<![A-Za-z])(?:nan|inf)(?![A-Za-z])|为\s*0|\bdiverg|报错|error", re.IGNORECASE)
+
+
+def _ran_fine(text: str, pos: int) -> bool:
+    """The part of the sentence around `pos` says that setup trained fine (the comparison, not the run)."""
+    left = max((m.end() for m in _PART_END.finditer(text, max(0, pos - 60), pos)), default=max(0, pos - 60))
+    right = _PART_END.search(text, pos)
+    part = text[left: right.start() if right else len(text)]
+    return bool(_FINE.search(part)) and not _BAD.search(part)
+
+
 def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     """Pipeline stage: stated settings as "text" facts with their line (explicit settings outrank them)."""
     text = "\n".join(s for _, s in lines)
@@ -398,13 +412,18 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     for _, s in lines:
         starts.append(pos)
         pos += len(s) + 1
-    for f in extract_config(text):
+    findings = extract_config(text)
+    gpus = {f.value for f in findings if f.key == "gpu"}
+    for f in findings:
         if f.key in _NOT_STATED or f.pos < 0:
             continue
+        if f.key == "gpu" and (_NOT_THIS.search(text[max(0, f.pos - 16):f.pos])
+                               or (len(gpus) > 1 and _ran_fine(text, f.pos))):
+            continue  # "it's not a V100, it's an A100"; "之前在 V100 上跑正常，换到 A100 后 loss nan"
         i = bisect.bisect_right(starts, f.pos) - 1
         line = lines[i][1] if i >= 0 else ""
-        if f.how != "label" and _SETTING_LINE.search(line):
-            continue
+        if f.how != "label" and f.key != "gpu" and _SETTING_LINE.search(line):
+            continue  # kb.facts.configs reads a command or config line's settings (a GPU is none of them)
         if said_as_fix(text, f.pos, _end_of(text, f.pos, f.snippet)):
             continue  # "changed it to torch_dtype=fp32", "eager made training work": the fix, not the failing run
         facts.set(f.key, f.value, "text", lines[i][0] if i >= 0 else None, f.snippet, source)
