@@ -777,6 +777,18 @@ def test_the_runs_gpu_and_framework_not_the_ones_compared_or_denied(text, facts)
         assert v.get("precision") != "bf16"
 
 
+@pytest.mark.parametrize(("text", "family"), [
+    # the tool's name is no model family; the model the run loads names it first
+    ("- `llamafactory` version: 0.9.2\nmodel_name_or_path: Qwen/Qwen2.5-7B-Instruct\nloss nan", "qwen2.5"),
+    ("LLaMA-Factory 微调 loss 为 nan", None),
+    ("ollama serve; llama.cpp; LlamaIndex", None),
+    ("--model_name_or_path path_to_llama_model\nBaichuan2-13B 用 fp16 微调 loss 为 0", "baichuan2"),  # a placeholder
+    ("Llama-3-8B LoRA loss nan", "llama3"),
+])
+def test_the_model_family_is_the_models_not_the_tools(text, family):
+    assert values(text).get("model_family") == family
+
+
 def test_a_printed_python_config_dict_is_read_as_a_config():
     f = values("{'fp16': True, 'learning_rate': 2e-05, 'deepspeed': {'zero_optimization': {'stage': 2, "
                "'overlap_comm': True}}}")

@@ -281,7 +281,10 @@ def _said_off(s: str, start: int, end: int) -> bool:
     return _off_words(s, start, end)
 
 
-_FAMILY_RX = [(fam, re.compile(rx, re.IGNORECASE)) for fam, rx in MODEL_FAMILIES]
+# Not inside a tool's name (LLaMA-Factory, llama.cpp, LlamaIndex, Ollama) nor a README's placeholder
+# ("path_to_llama_model").
+_FAMILY_RX = [(fam, re.compile(rf"(?<![Oo])(?<!_to_)(?:{rx})(?![-_ ]?factory|\.cpp|[-_ ]?index)", re.IGNORECASE))
+              for fam, rx in MODEL_FAMILIES]
 _SHIFT_ATTN = re.compile(r"S(?:\^?2|²)[- ]?attn|S(?:\^?2|²)[- ]Attention|shift(?:ed)?[_ ]attn|shifted sparse attention|"
                          r"LongLoRA", re.IGNORECASE)
 # "peft" names adapters in use, not the library installed (`PEFT version: 0.12.0`, `peft==0.12.0`) nor ms-swift's
@@ -522,7 +525,11 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     if got:
         facts.set("framework", got[0], "text", got[1], got[2], source)
     if "model_family" not in facts:
-        got = _family(joined)
+        model = facts.get("model")  # the model the run loads names its family before any other line does
+        if model is not None and re.search(r"path[_/ -]?to|your[_-]|[<{$]", str(model.value), re.IGNORECASE):
+            model = None  # a README's placeholder ("path_to_llama_model") names no model
+        fam = next((f for f, rx in _FAMILY_RX if rx.search(str(model.value))), None) if model is not None else None
+        got = (fam, model.line, model.detail) if fam and model is not None else _family(joined)
         if got:
             facts.set("model_family", got[0], "text", got[1], got[2], source)
     mentions_ds = re.search(r"deepspeed|zero", joined.text, re.IGNORECASE) is not None
