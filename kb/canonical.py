@@ -560,6 +560,21 @@ OUT_OF_SCOPE_NAMES = {
     "other": ("something other than a divergence", "其他非发散问题"),
 }
 
+# What a paste must say for an out-of-scope kind read off its nearest reports to describe it too: the nearest
+# reports' kind is a guess, shown only when the paste's own words fit it ("grad_norm 偶尔到 1000，loss 正常下降" is
+# not "an inference / generation problem" because its neighbours were).
+OUT_OF_SCOPE_WORDS = {kind: re.compile(rx, re.IGNORECASE) for kind, rx in (
+    ("oom", r"out of memory|\boom\b|显存|内存|memory"),
+    ("install", r"install|import|\bpip\b|conda|no module|version conflict|安装|依赖|环境|编译|build"),
+    ("inference", r"inferen|generat|predict|decod|\boutputs?\b|\bvllm\b|\bsampl|推理|生成|输出|回答|回复|预测"),
+    ("plateau", (r"plateau|converg|not (?:go(?:ing)? )?down|(?:doesn'?t|does not|won'?t|not) (?:decreas|drop|fall)|stuck|"
+                r"\bslow|\bflat\b|oscillat|不降|下不去|不下降|降不下|收敛|震荡|波动|居高不下")),
+    ("data-format", r"dataset|data ?format|\bjsonl?\b|\bcolumns?\b|\bfields?\b|数据|格式|字段"),
+    ("hang", r"\bhangs?\b|\bhung\b|stuck|freez|timeout|卡住|卡死|不动|超时"),
+    ("crash", r"error|exception|traceback|crash|fail|abort|报错|崩溃|错误|异常"),
+    ("eval-metric", r"\beval|evaluat|metric|accuracy|benchmark|评估|评测|指标|准确率"),
+)}
+
 # Dtype words in prose, and the canonical dtype each names.
 DTYPE_WORD = re.compile(r"(?<![A-Za-z0-9_])(fp16|float16|half[- ]precision|半精度|bf16|bfloat16|fp32|float32|"
                          r"full[- ]precision|全精度|单精度)(?![A-Za-z0-9_])", re.IGNORECASE)

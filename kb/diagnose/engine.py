@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kb.canonical import OUT_OF_SCOPE_ERRORS, OUT_OF_SCOPE_NAMES
+from kb.canonical import OUT_OF_SCOPE_ERRORS, OUT_OF_SCOPE_NAMES, OUT_OF_SCOPE_WORDS
 from kb.conditions import TriggerResult, describe, evaluate_trigger, normalised, same_value
 from kb.cues import score_query
 from kb.diagnose import learned
@@ -478,8 +478,11 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
         kinds = Counter(index.cases[i].out_of_scope_kind for i in nbrs if case_labels[i] == learned.OUT_OF_SCOPE)
         errs = sorted(set(facts.value("errors", [])) & OUT_OF_SCOPE_ERRORS)
         zh = lang == "zh"
-        # The paste's own out-of-scope error, else what the nearest out-of-scope reports were.
-        named = out_of_scope_named(errs or ([kinds.most_common(1)[0][0]] if kinds else []), lang)
+        # The paste's own out-of-scope error, else what the nearest out-of-scope reports were: when three or more of
+        # them agree, or when the paste's own words fit that kind.
+        kind = next((k_ for k_, n_ in kinds.most_common() if (n_ >= 3 and n_ * 2 > sum(kinds.values()))
+                     or (k_ in OUT_OF_SCOPE_WORDS and OUT_OF_SCOPE_WORDS[k_].search(whole))), None)
+        named = out_of_scope_named(errs or ([kind] if kind else []), lang)
         out.abstained, out.route, out.scope = True, "out-of-scope", "out"
         why = learned.not_training(view, whole, lang) or (f"概率 {prob[best]:.2f}" if zh else
                                                           f"probability {prob[best]:.2f}")
