@@ -710,6 +710,9 @@ def test_a_records_place_in_the_paste_is_no_step(text):
 
 
 @pytest.mark.parametrize(("text", "nan_metrics"), [
+    ("ORPO loss nan, Log1PBackward0 returned nan values", ["loss"]),  # "returned" is no metric ("returns" is)
+    ("critic/returns/mean: nan, critic/values/mean: 0.1", ["critic/returns/mean"]),
+    ("grad_norm 第一步就是 nan", ["grad_norm"]),
     # a hand-written loop names its metrics in two words and capitals; they are the trainers' names
     ("Step 5, Loss: NaN, Grad Norm: nan", ["loss", "grad_norm"]),
     ("Epoch 2: Train Loss: 1.23, Val Loss: nan", ["eval_loss"]),
@@ -813,6 +816,11 @@ def test_a_printed_dict_holding_what_json_cannot_is_no_traceback(text):
     ("TinyLLaVA pretraining logs loss 0.0 and grad_norm 0.0 from the start", 1),
     ("loss 从一开始就是 nan", 1), ("开始训练就 nan", 1),
     ("the loss was normal from the start, then nan", None), ("loss 0.05 from the start", None),
+    # a later step said in words, in digits or in Chinese numerals
+    ("the loss becomes NaN at step 300", 300), ("nanochat SFT collapses to loss NaN at step 4", 4),
+    ("第 120 步开始 loss 变成 nan", 120), ("从第十二步起 grad_norm 为 nan", 12),
+    ("qwen2.5 lora sft，loss 第二步开始就是 0", 2),
+    ("at step 50 the learning rate warmup ends and loss is normal", None),
 ])
 def test_the_first_bad_step_said_in_words(text, step):
     assert values(text).get("first_bad_step") == step

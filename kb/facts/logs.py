@@ -32,7 +32,7 @@ _LOOSE_PAIR = re.compile(r"(?<![\w./\-])(?P<k>[A-Za-z_][\w/.\-]*)\s+(?P<v>" + _N
 _SPACE_PAIR = re.compile(r"^\s*(?P<k>[A-Za-z_][\w/.\-]*)(?:[ \t]*[:=][ \t]*|[ \t]+)(?P<v>" + _NUM + r")\s*$",
                          re.IGNORECASE)
 _METRIC_WORD = re.compile(r"loss|norm|reward|kl|acc|logps|logits|margin|entropy|score|lr|learning_rate|ppl|"
-                          r"perplexity|advantage|ratio|clip|value|return|step|epoch|iter", re.IGNORECASE)
+                          r"perplexity|advantage|ratio|clip|value|returns?\b|step|epoch|iter", re.IGNORECASE)
 _DEVICES = {"cuda", "npu", "xpu", "mps", "cpu", "hpu"}  # "device='cuda:0'" is no metric
 _STEP_KEYS = {"step", "global_step", "steps", "iter", "iteration", "train/global_step", "training/global_step",
               "global_steps", "update", "timestep"}

@@ -93,7 +93,7 @@ _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes? t
 # "the kl divergence goes to nan", "loss 在第 300 步后变为 nan", "the loss quickly drops to 0". They are removed
 # before _GAP_OK judges the rest; a negation or another metric in the gap still rejects it ("loss 没有变成 nan").
 _GAP_FILLER = re.compile(
-    r"在?第\s*\d+\s*(?:步|个?\s*steps?|轮|个?\s*epochs?)\s*(?:后|之后|以后|时)?|"
+    r"在?从?第\s*(?:\d+|[一二三四五六七八九十两]+)\s*(?:步|个?\s*steps?|轮|个?\s*epochs?)\s*(?:后|之后|以后|时|开始|起)?|"
     r"在?(?:训练)?(?:几|数|一些|若干)\s*(?:步|个?\s*steps?|轮)\s*(?:后|之后|以后)?|"
     r"\b(?:after|within|in)\s+(?:the\s+)?(?:a few|several|some|\d+|first|one|two|three)\s+(?:\w+\s+)?"
     r"(?:steps?|iterations?|epochs?)\b|"
@@ -123,6 +123,22 @@ _FROM_START = re.compile(r"from the (?:very )?(?:first|1st) (?:step|iteration)|(
                          r"from the (?:very )?(?:start|beginning|outset)\b|(?:从|一)开始(?:训练)?就|开始训练就|从一开始|"
                          r"(?:at|on) the (?:very )?(?:first|1st) (?:step|iteration)|"
                          r"从第(?:一|1)\s*(?:步|个\s*step|次迭代)|第(?:一|1)\s*(?:步|个\s*step)(?:就|起|开始)", re.IGNORECASE)
+# "NaN at step 300", "from step 120 on", "第二步开始就是 0": a later first bad step, said in words.
+_AT_STEP = re.compile(r"\b(?:at|from|since|starting (?:at|from)|on) (?:the )?(?:step|iteration|iter) (\d{1,7})\b|"
+                      r"从?第\s*(\d{1,7}|[一二三四五六七八九十两]{1,3})\s*(?:步|个\s*step|次迭代)\s*(?:开始|起|就|时)", re.IGNORECASE)
+_CN_DIGITS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
+
+
+def _step_number(word: str) -> int | None:
+    """'12' -> 12; '二' -> 2, '十二' -> 12, '二十' -> 20 (the step numbers a sentence writes in Chinese)."""
+    if word.isdigit():
+        return int(word)
+    if "十" in word:
+        tens, _, ones = word.partition("十")
+        return (_CN_DIGITS.get(tens, 1) if tens else 1) * 10 + (_CN_DIGITS.get(ones, 0) if ones else 0)
+    return _CN_DIGITS.get(word) if len(word) == 1 else None
+
+
 _BAD_IN_CLAUSE = re.compile(r"(?<![\w.])(?:nan|inf)(?!\w)|(?:为|是|都是|就是)\s*0(?![\d.])|\b(?:loss|norm)\s*[:=]?\s*0(?:\.0+)?(?![\d.])|"
                             r"\b(?:is|was|are|were|of|to)\s+"
                             r"(?:0(?:\.0+)?(?![\d.])|zero\b)", re.IGNORECASE)
@@ -542,6 +558,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                 _PROSE_METRIC_REV, _LR_FIX, _LOSS_TYPE, _KTO_WORDS, _LIGHTNING, _PROSE_SPIKE, _PROSE_LR, _VERSION_WORDS,
                 _PROSE_HUGE, _FROM_START, _PROSE_SPIKE_REV))
     metric_adj = hay.gate(_PROSE_METRIC_ADJ)
+    at_step = hay.gate(_AT_STEP)
     high_loss = hay.gate(_PROSE_HIGH_LOSS)
     advantage = hay.gate(_PROSE_ADVANTAGE)
     may_climb = hay.may(_PROSE_FELL) and hay.may(_PROSE_ROSE)
@@ -649,6 +666,14 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                         and not _NORMAL_IN_CLAUSE.search(clause)):
                     facts.set("first_bad_step", 1, "text", n, s, source)
                     break
+        if "first_bad_step" not in facts and at_step.search(s):
+            for clause in _SENTENCE_END.split(s):
+                m = _AT_STEP.search(clause)
+                if m and _BAD_IN_CLAUSE.search(clause) and not _NORMAL_IN_CLAUSE.search(clause):
+                    step = _step_number(m.group(1) or m.group(2))
+                    if step:
+                        facts.set("first_bad_step", step, "text", n, s, source)
+                        break
         if lr_fix.search(s):
             facts.add("fix_changes", "learning_rate=lower", "text", n, s, source)
         for m in loss_type.finditer(s):
