@@ -713,6 +713,8 @@ def test_a_records_place_in_the_paste_is_no_step(text):
     ("ORPO loss nan, Log1PBackward0 returned nan values", ["loss"]),  # "returned" is no metric ("returns" is)
     ("critic/returns/mean: nan, critic/values/mean: 0.1", ["critic/returns/mean"]),
     ("grad_norm 第一步就是 nan", ["grad_norm"]),
+    ("grad_norm is already NaN at step 0", ["grad_norm"]),  # not a metric named "already" ("lr" in it)
+    ("the delta weight's gradient is already NaN after the first backward", None),
     # a hand-written loop names its metrics in two words and capitals; they are the trainers' names
     ("Step 5, Loss: NaN, Grad Norm: nan", ["loss", "grad_norm"]),
     ("Epoch 2: Train Loss: 1.23, Val Loss: nan", ["eval_loss"]),

@@ -31,8 +31,10 @@ _PAIR = re.compile(r"(?<![\w/.\-])['\"]?(?P<k>[A-Za-z_][\w/.\-]*)['\"]?\s*[:=]\s
 _LOOSE_PAIR = re.compile(r"(?<![\w./\-])(?P<k>[A-Za-z_][\w/.\-]*)\s+(?P<v>" + _NUM + r")(?![\w.])", re.IGNORECASE)
 _SPACE_PAIR = re.compile(r"^\s*(?P<k>[A-Za-z_][\w/.\-]*)(?:[ \t]*[:=][ \t]*|[ \t]+)(?P<v>" + _NUM + r")\s*$",
                          re.IGNORECASE)
-_METRIC_WORD = re.compile(r"loss|norm|reward|kl|acc|logps|logits|margin|entropy|score|lr|learning_rate|ppl|"
-                          r"perplexity|advantage|ratio|clip|value|returns?\b|step|epoch|iter", re.IGNORECASE)
+# (the short names as whole parts of a key: "actor/kl_loss", "train/lr", not "already" or "clipped")
+_METRIC_WORD = re.compile(r"loss|norm|reward|(?<![a-z])(?:kl|lr|ppl)(?![a-z])|acc(?:uracy)?(?![a-z])|logps|logits|margin|"
+                          r"entropy|score|learning_rate|perplexity|advantage|ratio|clip|value|returns?\b|step|epoch|"
+                          r"iter(?:ation)?s?(?![a-z])", re.IGNORECASE)
 _DEVICES = {"cuda", "npu", "xpu", "mps", "cpu", "hpu"}  # "device='cuda:0'" is no metric
 _STEP_KEYS = {"step", "global_step", "steps", "iter", "iteration", "train/global_step", "training/global_step",
               "global_steps", "update", "timestep"}
