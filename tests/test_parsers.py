@@ -721,9 +721,14 @@ def test_a_records_place_in_the_paste_is_no_step(text):
     ("Epoch 1 | Loss: nan | LR: 1e-5", ["loss"]),
     ("the gradient norm is inf after step 3", ["grad_norm"]),
     ("the norm is nan", ["norm"]),
+    ("grad norm spikes, then grad norm is nan", ["grad_norm"]),
 ])
 def test_metric_names_in_two_words_or_capitals(text, nan_metrics):
     assert extract_facts(text).value("nan_metrics") == nan_metrics
+
+
+def test_a_gradient_norm_that_spikes_is_the_grad_norm():
+    assert extract_facts("the run shows gradient-norm spikes and entropy collapse").value("spike_metrics") == ["grad_norm"]
 
 
 @pytest.mark.parametrize(("text", "precision", "working"), [

@@ -624,6 +624,8 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             if _NEGATED.search(m.group("gap")) or _NEGATED.search(before):
                 continue  # "the loss does not spike", "loss 没有突增", "no spikes in the loss"
             name = m.group("m").lower()
+            if name == "norm" and _GRAD_BEFORE.search(s[max(0, m.start("m") - 12):m.start("m")]):
+                name = "grad_norm"  # "gradient-norm spikes"
             facts.add("spike_metrics", {"梯度": "grad_norm", "损失": "loss"}.get(name, name), "text", n, s, source)
             facts.add("symptom", "collapse", "text", n, s, source)  # a divergence, as "loss spikes" already is
         for m in lightning.finditer(s):
