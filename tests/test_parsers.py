@@ -791,7 +791,8 @@ def test_the_runs_gpu_and_framework_not_the_ones_compared_or_denied(text, facts)
     # the tool's name is no model family; the model the run loads names it first
     ("- `llamafactory` version: 0.9.2\nmodel_name_or_path: Qwen/Qwen2.5-7B-Instruct\nloss nan", "qwen2.5"),
     ("LLaMA-Factory 微调 loss 为 nan", None),
-    ("ollama serve; llama.cpp; LlamaIndex", None),
+    ("ollama serve; llama.cpp; LlamaIndex; exllama==0.0.19", None),
+    ("LLaMA-Efficient-Tuning 微调 Baichuan-13B loss nan", "baichuan"),  # LLaMA-Factory's old name
     ("--model_name_or_path path_to_llama_model\nBaichuan2-13B 用 fp16 微调 loss 为 0", "baichuan2"),  # a placeholder
     ("Llama-3-8B LoRA loss nan", "llama3"),
 ])

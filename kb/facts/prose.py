@@ -298,9 +298,11 @@ def _said_off(s: str, start: int, end: int) -> bool:
     return _off_words(s, start, end)
 
 
-# Not inside a tool's name (LLaMA-Factory, llama.cpp, LlamaIndex, Ollama) nor a README's placeholder
+# Not inside a tool's name (LLaMA-Factory and its old name LLaMA-Efficient-Tuning, llama.cpp, LlamaIndex, Ollama,
+# exllama) nor a README's placeholder
 # ("path_to_llama_model").
-_FAMILY_RX = [(fam, re.compile(rf"(?<![Oo])(?<!_to_)(?:{rx})(?![-_ ]?factory|\.cpp|[-_ ]?index)", re.IGNORECASE))
+_FAMILY_RX = [(fam, re.compile(rf"(?<![Oo])(?<!_to_)(?<!ex)(?:{rx})(?![-_ ]?(?:factory|efficient[-_ ]tuning)|\.cpp|[-_ ]?index)",
+                                re.IGNORECASE))
               for fam, rx in MODEL_FAMILIES]
 _SHIFT_ATTN = re.compile(r"S(?:\^?2|²)[- ]?attn|S(?:\^?2|²)[- ]Attention|shift(?:ed)?[_ ]attn|shifted sparse attention|"
                          r"LongLoRA", re.IGNORECASE)
