@@ -787,6 +787,17 @@ def test_the_runs_gpu_and_framework_not_the_ones_compared_or_denied(text, facts)
         assert v.get("precision") != "bf16"
 
 
+@pytest.mark.parametrize(("text", "peft", "full"), [
+    # the adapter switched to is tried beside the run, whatever came of it
+    ("全参数微调 BLOOMZ-1.7B 一直 CUDA out of memory，换 LoRA 脚本也一样", None, "full"),
+    ("full fine-tuning gives nan; switched to LoRA and it is fine", None, "full"),
+    ("LoRA 微调 loss nan，换成全参数微调后正常", True, None),
+])
+def test_the_adapter_switched_to_is_not_the_runs(text, peft, full):
+    v = values(text)
+    assert (v.get("use_peft"), v.get("finetuning_type")) == (peft, full)
+
+
 @pytest.mark.parametrize(("text", "family"), [
     # the tool's name is no model family; the model the run loads names it first
     ("- `llamafactory` version: 0.9.2\nmodel_name_or_path: Qwen/Qwen2.5-7B-Instruct\nloss nan", "qwen2.5"),

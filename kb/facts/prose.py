@@ -604,11 +604,12 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             facts.set("kl_estimator", "k3", "text", n, s, source)
         if length_norm.search(s):
             facts.set("average_log_prob", True, "text", n, s, source)
+        # the one switched to is tried beside the run, whatever came of it ("全参数微调 OOM，换 LoRA 脚本也一样")
         for m in lora.finditer(s):
             if not _said_off(s, m.start(), m.end()):  # "without LoRA, full fine-tuning"
-                adapters.append((_compared_ok(s, m.end()), n, s))
+                adapters.append((_compared_ok(s, m.end()) or _switched_to(s, m.start()), n, s))
         for m in full_ft.finditer(s):
-            full.append((_compared_ok(s, m.end()), n, s))
+            full.append((_compared_ok(s, m.end()) or _switched_to(s, m.start()), n, s))
         for m in prose_lr.finditer(s):
             lr = float(m.group("v"))
             if not 0 < lr < 1:
@@ -703,6 +704,11 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
 def _compared_ok(s: str, end: int) -> bool:
     """The setting just before `end` is the comparison that trained ("with LoRA trained normally", "LoRA 微调正常")."""
     return bool(WORKED_AFTER.match(s, end) or _TRAINED_TOO.match(s, end))
+
+
+def _switched_to(s: str, start: int) -> bool:
+    """The setting at `start` is what the reporter switched to ("换 LoRA 脚本", "switched to LoRA")."""
+    return bool(FIX_CUE.search(s[max(0, start - 14):start]) or re.search(r"换\s*$|改用\s*$", s[max(0, start - 4):start]))
 
 
 def _adapter_of_run(adapters: list[tuple[bool, int, str]], full: list[tuple[bool, int, str]], facts: Facts,
