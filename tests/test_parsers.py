@@ -840,6 +840,9 @@ def test_a_printed_dict_holding_what_json_cannot_is_no_traceback(text):
     ("第 120 步开始 loss 变成 nan", 120), ("从第十二步起 grad_norm 为 nan", 12),
     ("qwen2.5 lora sft，loss 第二步开始就是 0", 2),
     ("at step 50 the learning rate warmup ends and loss is normal", None),
+    # "fine-tuning" does not say the run was fine
+    ("lr=1e-3 for full fine-tuning qwen2-7b, loss spikes to 12 then nan at step 150", 150),
+    ("fine-tuning with LoRA: loss nan from the first step", 1),
 ])
 def test_the_first_bad_step_said_in_words(text, step):
     assert values(text).get("first_bad_step") == step

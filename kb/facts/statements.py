@@ -393,7 +393,7 @@ _SETTING_LINE = re.compile(r"^\s*(?:[-*]\s+)?[\"']?[A-Za-z_][\w.\-]*[\"']?\s*[:=
 
 _NOT_THIS = re.compile(r"(?:\bnot (?:a|an|on|the|on an?)|\bisn'?t (?:a|an)|不是|并非|而不是|并不是)\s*$", re.IGNORECASE)
 _PART_END = re.compile(r"[,，;；。.!?！？\n]")
-_FINE = re.compile(r"正常|没问题|\bfine\b|\bworks?\b|\bworked\b|no (?:nan|problem)", re.IGNORECASE)
+_FINE = re.compile(r"正常|没问题|\bfine(?![- _]?tun)\b|\bworks?\b|\bworked\b|no (?:nan|problem)", re.IGNORECASE)
 _BAD = re.compile(r"(?<![A-Za-z])(?:nan|inf)(?![A-Za-z])|为\s*0|\bdiverg|报错|error", re.IGNORECASE)
 
 
