@@ -843,6 +843,7 @@ def test_a_printed_dict_holding_what_json_cannot_is_no_traceback(text):
     # "fine-tuning" does not say the run was fine
     ("lr=1e-3 for full fine-tuning qwen2-7b, loss spikes to 12 then nan at step 150", 150),
     ("fine-tuning with LoRA: loss nan from the first step", 1),
+    ("reward normalization on, loss nan from the first step", 1),  # nor does "normalization"
 ])
 def test_the_first_bad_step_said_in_words(text, step):
     assert values(text).get("first_bad_step") == step

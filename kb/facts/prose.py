@@ -144,7 +144,7 @@ _BAD_IN_CLAUSE = re.compile(r"(?<![\w.])(?:nan|inf)(?!\w)|(?:为|是|都是|就�
                             r"\b(?:is|was|are|were|of|to)\s+"
                             r"(?:0(?:\.0+)?(?![\d.])|zero\b)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<!\d)\.|\.(?!\d)|[。;；!?！？]")  # not the point of "0.0"
-_NORMAL_IN_CLAUSE = re.compile(r"正常|\bnormal|\bfine(?![- _]?tun)\b|\bok\b|healthy|没问题", re.IGNORECASE)
+_NORMAL_IN_CLAUSE = re.compile(r"正常|\bnormal(?!i[sz])|\bfine(?![- _]?tun)\b|\bok\b|healthy|没问题", re.IGNORECASE)
 
 
 # "the loss jumped to 153318", "loss went up to 1.2e+34", "loss 突然变成 1e5": a value no healthy loss or gradient
@@ -748,16 +748,16 @@ _PROSE_SPIKE_REV = re.compile(r"(?<![A-Za-z])spikes? (?:in|of|on) (?:the )?(?:[a
 _PROSE_LR = re.compile(r"(?:learning[ _]rate|(?<![\w-])lr|学习率)\s*(?:is|was|of|at|set to|to|=|:|：|为|是|设为|设置为|设成|"
                        r"调到|调成|提高到|增大到|改为|改成)\s*(?P<v>\d+(?:\.\d+)?(?:e-?\d+)?)(?![\w.])", re.IGNORECASE)
 # The rest of the clause says that setting worked ("... to 1e-5 and it trains fine", "... 后训练正常").
-_WORKED = re.compile(r"[^\n,，。;；]{0,40}?(?:fine(?![- _]?tun)|normal|works?\b|worked|stable|solved|converg\w*|正常|好了|解决|稳定|收敛)",
+_WORKED = re.compile(r"[^\n,，。;；]{0,40}?(?:fine(?![- _]?tun)|normal(?!i[sz])|works?\b|worked|stable|solved|converg\w*|正常|好了|解决|稳定|收敛)",
                      re.IGNORECASE)
 _NEGATED = re.compile(r"\b(?:not|no|never|n't|without)\b|n't|没有|没|不|未|并非", re.IGNORECASE)
 
 
 # "lowered the lr and it trained", "After I set different lr for ... the loss becomes normal", "调小学习率后正常".
 _LR_FIX = re.compile(r"(?:lr|learning[ _]rate|学习率).{0,40}?(?:降到|降至|降为|调小到|lowered to|reduced to|decreased to|"
-                     r"dropped to)\s*[\d.]+(?:e-?\d+)?.{0,30}?(?:normal|fine(?![- _]?tun)|work\w*|stable|ok\b|正常|好了|解决)|"
+                     r"dropped to)\s*[\d.]+(?:e-?\d+)?.{0,30}?(?:normal(?!i[sz])|fine(?![- _]?tun)|work\w*|stable|ok\b|正常|好了|解决)|"
                      r"(?:lower(?:ed|ing)?|smaller|reduc\w*|decreas\w*|different|separate|调小|降低|减小|改小)\s*(?:the\s+)?"
-                     r"(?:lr|learning[ _]rate|学习率)(?![a-z]).{0,80}?(?:normal|fine(?![- _]?tun)|work\w*|solved|fix\w*|stable|ok\b|正常|好了|解决)|"
+                     r"(?:lr|learning[ _]rate|学习率)(?![a-z]).{0,80}?(?:normal(?!i[sz])|fine(?![- _]?tun)|work\w*|solved|fix\w*|stable|ok\b|正常|好了|解决)|"
                      r"(?:lr|learning[ _]rate|学习率).{0,12}(?:太大|过大|too (?:high|large|big))", re.IGNORECASE)
 # Preference-loss variants named in prose or code ("if I use 'ipo'", `loss_type == "ipo"`).
 _LOSS_TYPE = re.compile(r"loss_type\s*==\s*['\"](?P<a>\w+)['\"]|\b(?:use|using|with|switch(?:ed)? to)\s+['\"]?"
@@ -785,7 +785,7 @@ _VERSION_EVIDENCE = (
         r"back|pin(?:ned|ning|s)?\b|降级|回退|退回|回滚|换回|装回|(?P<amb>降到|降至|降为|降回))[^\n,，。;；]{0,30}?"
         r"(?:(?P<pkg>" + _PKG + r")[^\n\d,，。;；]{0,12}?)?" + _FROM + _VER, re.IGNORECASE)),
     # "works again with transformers 4.40"
-    ("works on {}", re.compile(r"(?:works?|worked|trains? fine(?![- _]?tun)|fine(?![- _]?tun)|normal|正常|没问题)[ \t]*(?:again[ \t]*)?"
+    ("works on {}", re.compile(r"(?:works?|worked|trains? fine(?![- _]?tun)|fine(?![- _]?tun)|normal(?!i[sz])|正常|没问题)[ \t]*(?:again[ \t]*)?"
                                r"(?:on|with|in|under|using|在)[ \t]*(?P<pkg>" + _PKG + r")[ \t]*(?:==|=)?[ \t]*" + _VER,
                                re.IGNORECASE)),
     # "deepspeed==0.12.2 (bad), 0.11.1 (good)", "4.51 则正常", "torch 2.1.0 works"
