@@ -371,7 +371,8 @@ _BETTER = re.compile(r"不再|no longer|不会再|没有再", re.IGNORECASE)  # 
 _STILL_BAD = re.compile(r"\b(?:still|again|the same)\b[^.。\n]{0,30}?(?:(?<![A-Za-z])(?:nan|inf)(?![A-Za-z])|\b0(?:\.0+)?\b|"
                         r"zero|diverg|explod)|(?:还是|仍然|依然|仍|照样|依旧)[^。\n]{0,10}?(?:nan|inf|为\s*0|是\s*0|0|发散|爆炸)",
                         re.IGNORECASE)
-_NOT_SUPPORTED_AFTER = re.compile(r"\s*(?:(?:is|was)\s*(?:not|n't)\s+(?:supported|available)|isn'?t\s+(?:supported|available)|"
+_NOT_SUPPORTED_AFTER = re.compile(r"[ \t]{0,4}(?:(?:is|was)[ \t]{0,4}(?:not|n't)[ \t]{1,4}(?:supported|available)|"
+                                  r"isn'?t[ \t]{1,4}(?:supported|available)|"
                                   r"(?:不被)?不支持|用不了|不可用)", re.IGNORECASE)  # "bf16 is not supported on my GPU"
 _CANNOT_USE = re.compile(r"(?:不支持|用不了|不能用|无法使用|没法用|不可用|can(?:'|no)?t use|cannot use|(?:doesn'?t|does not|don'?t|"
                          r"do not) support|no support for|unsupported)\s*$", re.IGNORECASE)
