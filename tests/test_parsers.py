@@ -729,6 +729,11 @@ def test_metric_names_in_two_words_or_capitals(text, nan_metrics):
 
 def test_a_gradient_norm_that_spikes_is_the_grad_norm():
     assert extract_facts("the run shows gradient-norm spikes and entropy collapse").value("spike_metrics") == ["grad_norm"]
+    # "爆炸" as "exploded" is: a spike of the metric it follows; not GPU memory, not said absent
+    assert extract_facts("训练几步后梯度爆炸").value("spike_metrics") == ["grad_norm"]
+    assert extract_facts("loss 爆炸").value("spike_metrics") == ["loss"]
+    assert extract_facts("显存爆炸了").value("spike_metrics") is None
+    assert extract_facts("loss 没有爆炸，但是 eval_loss 是 nan").value("spike_metrics") is None
 
 
 @pytest.mark.parametrize(("text", "precision", "working"), [
