@@ -339,6 +339,27 @@ def test_ambiguous_report_asks_the_question_that_separates_and_an_answer_reranks
         (c.probability for c in d.differential if c.category == "sequence-parallel-label-split"), 0.0)
     zh = real_kb.diagnose(text="DPO 训练 nll_loss 为 nan")
     assert any(any("\u4e00" <= ch <= "\u9fff" for ch in q.question) for q in zh.questions)
+    # The other answer rules the mechanism out: sequence parallelism off, no sequence-parallel label split.
+    for off in ({"sequence_parallel_size": 1}, {"sequence_parallel": False}):
+        answered = real_kb.diagnose(text=text, facts=off)
+        assert answered.diagnoses[0].category != "sequence-parallel-label-split"
+        assert all(c.probability == 0.0 for c in answered.differential
+                   if c.category == "sequence-parallel-label-split")
+    said = real_kb.diagnose(text="I don't use sequence parallel. " + text)  # said in words: the same
+    assert said.diagnoses[0].category != "sequence-parallel-label-split"
+
+
+@pytest.mark.slow
+def test_a_mechanism_named_on_resemblance_alone_asks_what_would_confirm_it(real_kb):
+    # A confident sequence-parallel answer to a report that never mentions sequence parallelism (its rpo_alpha and
+    # nll_loss words resemble the curated ms-swift incident): no trigger of that mechanism fired, so kb asks.
+    text = ("DPOTrainer with rpo_alpha=1.0, Qwen2-7B, bf16, max_length 1024, max_prompt_length 1024\n"
+            "{'loss': nan, 'grad_norm': nan, 'learning_rate': 5e-07, 'rewards/chosen': nan, 'nll_loss': nan, 'epoch': 0.0}")
+    d = real_kb.diagnose(text=text)
+    assert d.diagnoses[0].category == "sequence-parallel-label-split" and d.route == "mechanism"
+    assert any(q.fact.startswith("sequence_parallel") for q in d.questions)
+    cited = real_kb.diagnose(text=text.replace("bf16,", "bf16, sequence_parallel_size 4,"))
+    assert cited.diagnoses[0].category == "sequence-parallel-label-split" and cited.diagnoses[0].evidence
 
 
 @pytest.mark.slow

@@ -458,9 +458,12 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
         # Facts observed in a running trainer (or a run folder) are not the kind of input the ranker was fitted
         # on (text reports): the rules, which encode each mechanism, rank them; the case base still supplies
         # similar reports and questions.
-        engine = np.array([view.category_scores.get(lab, 0.0) for lab in labels])
+        engine = np.array([0.0 if learned.ruled_out(lab, facts) else view.category_scores.get(lab, 0.0)
+                           for lab in labels])
         probs = engine / engine.sum() if engine.sum() > 0 else probs
         order = [int(i) for i in np.argsort(-engine, kind="stable")]
+        order = [i for i in order if not learned.ruled_out(labels[i], facts)] + \
+            [i for i in order if learned.ruled_out(labels[i], facts)]
     best = labels[order[0]]
     prob = learned.shown_probabilities(view, probs, labels, order)
     differential = [LabelProbability(category=labels[i], probability=round(prob[labels[i]], 3)) for i in order[:4]]
@@ -532,7 +535,10 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
     # facts that would separate the candidates are asked for even when the rules are confident.
     overridden = best != labels[learned.decide(probs, labels)[0]]
     unsettled = prob[best] < ASK_BELOW or (len(order) > 1 and float(probs[order[1]]) > prob[best] / 2)
-    if out.route != "mechanism" or overridden or unsettled:
+    # A curated mechanism named without any of its triggers (its conditions not in the facts: sequence parallelism
+    # never mentioned for a sequence-parallel answer) is named on resemblance alone: ask for what would confirm it.
+    unconfirmed = best in by_cat and best != learned.FRAMEWORK_BUG and not by_cat[best].fired
+    if out.route != "mechanism" or overridden or unsettled or unconfirmed:
         out.questions = differential_questions(facts, [lab for lab in shown[:3]], by_cat, lang)
     return out
 

@@ -271,6 +271,20 @@ def algorithm_mismatch(label: str, facts: Facts) -> bool:
     return bool(allowed and algo and str(algo) not in allowed)
 
 
+SEQUENCE_PARALLEL_SPLIT = "sequence-parallel-label-split"
+
+
+def ruled_out(label: str, facts: Facts) -> bool:
+    """A setting the report states makes the label's mechanism impossible: sequence parallelism off (degree 1, or
+    said off) for the sequence-parallel label split. This is how the answer to the question "does it still happen with
+    sequence_parallel_size 1?" re-ranks. (A known algorithm that rules a mechanism out is a learned feature,
+    `algo_mismatch`, since reports name their algorithm loosely.)"""
+    if label == SEQUENCE_PARALLEL_SPLIT:
+        on, size = facts.value("sequence_parallel"), facts.value("sequence_parallel_size")
+        return on is False or (isinstance(size, (int, float)) and not isinstance(size, bool) and size <= 1)
+    return False
+
+
 def versions_told(facts: Facts, text: str) -> bool:
     """The report names a release in its own words ("after upgrading to trl 0.9.6", "deepspeed==0.12.2 fails"),
     not only in the environment dump its issue form asks for (`text` is the narrative, kb.facts.template): every
@@ -647,7 +661,8 @@ def ranked(view: QueryView, probs: np.ndarray, labels: Sequence[str], text: str 
     if possible and rules >= best_in and (rules >= RULES_CONFIDENT or (unsure and rules >= RULES_WHEN_UNSURE)):
         i = list(labels).index(top)
         order = [i, *[j for j in order if j != i]]
-    return order
+    out = [j for j in order if not ruled_out(labels[j], view.facts)]
+    return out + [j for j in order if j not in out]
 
 
 def shown_probabilities(view: QueryView, probs: np.ndarray, labels: Sequence[str], order: Sequence[int]
@@ -655,7 +670,7 @@ def shown_probabilities(view: QueryView, probs: np.ndarray, labels: Sequence[str
     """The probability shown per label, best first (`order`): the ranker's, except that a first label the rules put
     first too keeps the rules' own calibrated confidence when that is higher. `kb diagnose` shows these, and
     `kb eval --cv` measures their reliability out of fold."""
-    prob = {labels[i]: float(probs[i]) for i in order}
+    prob = {labels[i]: 0.0 if ruled_out(labels[i], view.facts) else float(probs[i]) for i in order}
     best = labels[order[0]] if len(order) else None
     if best is not None and best == view.engine_top:
         prob[best] = max(prob[best], view.category_scores.get(best, 0.0))
