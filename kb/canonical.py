@@ -575,6 +575,9 @@ OUT_OF_SCOPE_WORDS = {kind: re.compile(rx, re.IGNORECASE) for kind, rx in (
     ("eval-metric", r"\beval|evaluat|metric|accuracy|benchmark|评估|评测|指标|准确率"),
 )}
 
+# Words just before a name that deny it is the run's: "it's not a V100", "不是 A100".
+DENIED_BEFORE = re.compile(r"(?:\bnot (?:a|an|on|the|on an?)|\bisn'?t (?:a|an)|不是|并非|而不是|并不是)\s*$", re.IGNORECASE)
+
 # Dtype words in prose, and the canonical dtype each names.
 DTYPE_WORD = re.compile(r"(?<![A-Za-z0-9_])(fp16|float16|half[- ]precision|半精度|bf16|bfloat16|fp32|float32|"
                          r"full[- ]precision|全精度|单精度)(?![A-Za-z0-9_])", re.IGNORECASE)

@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 
 from kb.canonical import (
+    DENIED_BEFORE,
     ERROR_PATTERNS,
     GPU_NAME,
     GPU_WITHOUT_BF16,
@@ -271,8 +272,9 @@ def _first_bad_step(logged: list[Record], bad: list[Record], facts: Facts, sourc
     line: "step:83 - ..." then "actor/kl_loss:nan - ..."), that line's counter; the record's number only when the
     records carry no counter at all and the paste starts the run."""
     stepped = any(r.step is not None for r in logged)
+    bad_ids = {id(b) for b in bad}  # a set: a 50 MB log holds hundreds of thousands of records
     for k, r in enumerate(logged):
-        if not any(r is b for b in bad):
+        if id(r) not in bad_ids:
             continue
         prev = logged[k - 1] if k else None
         if r.step is not None:
@@ -306,10 +308,8 @@ def _from_the_start(records: list[Record]) -> bool:
 _PROSE_RUN = re.compile(r"(?:\b[A-Za-z]+\b[ ,]+){3}\b[A-Za-z]+\b(?![:=(\[])|[\u4e00-\u9fff]{2}")
 
 
-_NOT_A = re.compile(r"(?:\bnot (?:a|an|on)|\bisn'?t (?:a|an)|不是|并非)\s*$", re.IGNORECASE)
-
-
 def _prose(r: Record) -> bool:
+    """The record was read from a sentence (its text less its values has a run of plain words or Chinese)."""
     rest = r.text
     for v in r.raw.values():
         rest = rest.replace(v, " ")
@@ -344,7 +344,7 @@ def env_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             facts.set("torch_version", m.group("ver"), "env", n, m.group(0), source)
         # a sentence may name GPUs it compares ("之前在 V100 上正常", "it's not a V100"): kb.facts.statements reads those
         m = None if _PROSE_RUN.search(s) else next(
-            (g for g in GPU_NAME.finditer(s) if not _NOT_A.search(s[max(0, g.start() - 12):g.start()])), None)
+            (g for g in GPU_NAME.finditer(s) if not DENIED_BEFORE.search(s[max(0, g.start() - 16):g.start()])), None)
         if m:
             gpu = re.sub(r"\s+", " ", m.group("gpu"))
             facts.set("gpu", gpu, "env", n, s.strip(), source)

@@ -299,11 +299,11 @@ def _said_off(s: str, start: int, end: int) -> bool:
 
 
 # Not inside a tool's name (LLaMA-Factory and its old name LLaMA-Efficient-Tuning, llama.cpp, LlamaIndex, Ollama,
-# exllama) nor a README's placeholder
-# ("path_to_llama_model").
+# exllama) nor a README's placeholder ("path_to_llama_model", which names no model at all: _PLACEHOLDER).
 _FAMILY_RX = [(fam, re.compile(rf"(?<![Oo])(?<!_to_)(?<!ex)(?:{rx})(?![-_ ]?(?:factory|efficient[-_ ]tuning)|\.cpp|[-_ ]?index)",
                                 re.IGNORECASE))
               for fam, rx in MODEL_FAMILIES]
+_PLACEHOLDER = re.compile(r"path[_/ -]?to|your[_-]|[<{$]", re.IGNORECASE)
 _SHIFT_ATTN = re.compile(r"S(?:\^?2|²)[- ]?attn|S(?:\^?2|²)[- ]Attention|shift(?:ed)?[_ ]attn|shifted sparse attention|"
                          r"LongLoRA", re.IGNORECASE)
 # "peft" names adapters in use, not the library installed (`PEFT version: 0.12.0`, `peft==0.12.0`) nor ms-swift's
@@ -546,7 +546,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         facts.set("framework", got[0], "text", got[1], got[2], source)
     if "model_family" not in facts:
         model = facts.get("model")  # the model the run loads names its family before any other line does
-        if model is not None and re.search(r"path[_/ -]?to|your[_-]|[<{$]", str(model.value), re.IGNORECASE):
+        if model is not None and _PLACEHOLDER.search(str(model.value)):
             model = None  # a README's placeholder ("path_to_llama_model") names no model
         fam = next((f for f, rx in _FAMILY_RX if rx.search(str(model.value))), None) if model is not None else None
         got = (fam, model.line, model.detail) if fam and model is not None else _family(joined)
@@ -707,9 +707,12 @@ def _compared_ok(s: str, end: int) -> bool:
     return bool(WORKED_AFTER.match(s, end) or _TRAINED_TOO.match(s, end))
 
 
+_SWITCHED = re.compile(r"(?:换|改用)\s*$")
+
+
 def _switched_to(s: str, start: int) -> bool:
     """The setting at `start` is what the reporter switched to ("换 LoRA 脚本", "switched to LoRA")."""
-    return bool(FIX_CUE.search(s[max(0, start - 14):start]) or re.search(r"换\s*$|改用\s*$", s[max(0, start - 4):start]))
+    return bool(FIX_CUE.search(s[max(0, start - 14):start]) or _SWITCHED.search(s[max(0, start - 4):start]))
 
 
 def _adapter_of_run(adapters: list[tuple[bool, int, str]], full: list[tuple[bool, int, str]], facts: Facts,

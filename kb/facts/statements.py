@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kb.canonical import (
+    DENIED_BEFORE,
     GPU_MODELS,
     GPU_NAME,
     PROSE_LABELS,
@@ -391,7 +392,6 @@ _NOT_STATED = {"framework"}  # named by kb.facts.prose with its own precedence
 _SETTING_LINE = re.compile(r"^\s*(?:[-*]\s+)?[\"']?[A-Za-z_][\w.\-]*[\"']?\s*[:=]|[{}]|(?<![\w-])--[A-Za-z]")
 
 
-_NOT_THIS = re.compile(r"(?:\bnot (?:a|an|on|the|on an?)|\bisn'?t (?:a|an)|不是|并非|而不是|并不是)\s*$", re.IGNORECASE)
 _PART_END = re.compile(r"[,，;；。.!?！？\n]")
 _FINE = re.compile(r"正常|没问题|\bfine(?![- _]?tun)\b|\bworks?\b|\bworked\b|no (?:nan|problem)", re.IGNORECASE)
 _BAD = re.compile(r"(?<![A-Za-z])(?:nan|inf)(?![A-Za-z])|为\s*0|\bdiverg|报错|error", re.IGNORECASE)
@@ -417,7 +417,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     for f in findings:
         if f.key in _NOT_STATED or f.pos < 0:
             continue
-        if f.key == "gpu" and (_NOT_THIS.search(text[max(0, f.pos - 16):f.pos])
+        if f.key == "gpu" and (DENIED_BEFORE.search(text[max(0, f.pos - 16):f.pos])
                                or (len(gpus) > 1 and _ran_fine(text, f.pos))):
             continue  # "it's not a V100, it's an A100"; "之前在 V100 上跑正常，换到 A100 后 loss nan"
         i = bisect.bisect_right(starts, f.pos) - 1
