@@ -575,6 +575,13 @@ OUT_OF_SCOPE_WORDS = {kind: re.compile(rx, re.IGNORECASE) for kind, rx in (
     ("eval-metric", r"\beval|evaluat|metric|accuracy|benchmark|评估|评测|指标|准确率"),
 )}
 
+# What a sentence says of a setup that trained ("no NaN", "works", "正常"; not "fine-tuning", "normalization"), and of
+# one that went wrong: how a setting the reporter compared with is told from the run's own (kb.facts.prose / statements).
+SAID_FINE = (r"\bno (?:nan|inf|problem)\b|\bfine(?![- _]?tun)\b|\bworks?\b|\bworked\b|\bnormal(?!i[sz])\b|"
+             r"正常|没问题")
+WENT_BAD = re.compile(r"(?<![A-Za-z])(?:nan|inf)(?![A-Za-z])|diverg|explod|spik|grow|collaps|overflow|blow|"
+                      r"发散|爆炸|溢出|不降|异常|报错|error|fail|crash", re.IGNORECASE)
+
 # Words just before a name that deny it is the run's: "it's not a V100", "不是 A100".
 DENIED_BEFORE = re.compile(r"(?:\bnot (?:a|an|on|the|on an?)|\bisn'?t (?:a|an)|不是|并非|而不是|并不是)\s*$", re.IGNORECASE)
 

@@ -16,7 +16,9 @@ from kb.canonical import (
     HUGE_VALUE,
     LIGHTNING_PRECISION,
     MODEL_FAMILIES,
+    SAID_FINE,
     SWITCH_OFF,
+    WENT_BAD,
     WORKED_AFTER,
     is_grad_norm,
     is_limit_name,
@@ -281,7 +283,7 @@ _OFF_AFTER = re.compile(r"^\W{0,3}(?:(?:is|was|are|were)\s+(?:off|disabled|turne
                         r"(?:off|disabled)\b|(?:关闭|关掉|关了|禁用|未开启|没开|没有开))", re.IGNORECASE)
 
 
-_FINE_BEFORE = re.compile(r"(?:\bno (?:nan|inf)\b|\bfine(?![- _]?tun)\b|\bworks?\b|\bnormal\b|正常|没问题)[^.。;；\n]{0,30}$", re.IGNORECASE)
+_FINE_BEFORE = re.compile(rf"(?:{SAID_FINE})[^.。;；\n]{{0,30}}$", re.IGNORECASE)
 
 
 def _off_words(s: str, start: int, end: int) -> bool:
@@ -378,11 +380,6 @@ _CANNOT_USE = re.compile(r"(?:不支持|用不了|不能用|无法使用|没法�
                          r"do not) support|no support for|unsupported)\s*$", re.IGNORECASE)
 
 
-# What a run that went wrong says, in the part of a sentence that names its dtype.
-_WENT_BAD = re.compile(r"(?<![A-Za-z])(?:nan|inf)(?![A-Za-z])|diverg|explod|spik|grow|collaps|overflow|blow|"
-                       r"发散|爆炸|溢出|不降|异常|报错|error|fail|crash", re.IGNORECASE)
-
-
 def _part_of(clause: str, start: int, end: int) -> str:
     """The comma-delimited part of `clause` around [start, end): where a dtype's own verdict is said ("bf16 with ZeRO-0
     grows, normal with ZeRO-1" keeps bf16's verdict apart from ZeRO-1's)."""
@@ -426,7 +423,7 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                     continue
                 if _GOOD.search(part):
                     good = True
-                elif _WENT_BAD.search(part):
+                elif WENT_BAD.search(part):
                     good = False  # "grad norm keeps growing with ZeRO-0 + bf16, normal with ZeRO-1/2/3"
                 else:
                     if clause_good is None:

@@ -19,6 +19,8 @@ from kb.canonical import (
     GPU_MODELS,
     GPU_NAME,
     PROSE_LABELS,
+    SAID_FINE,
+    WENT_BAD,
     canonical_algorithm,
     canonical_key,
     normalise_value,
@@ -393,8 +395,7 @@ _SETTING_LINE = re.compile(r"^\s*(?:[-*]\s+)?[\"']?[A-Za-z_][\w.\-]*[\"']?\s*[:=
 
 
 _PART_END = re.compile(r"[,，;；。.!?！？\n]")
-_FINE = re.compile(r"正常|没问题|\bfine(?![- _]?tun)\b|\bworks?\b|\bworked\b|no (?:nan|problem)", re.IGNORECASE)
-_BAD = re.compile(r"(?<![A-Za-z])(?:nan|inf)(?![A-Za-z])|为\s*0|\bdiverg|报错|error", re.IGNORECASE)
+_FINE = re.compile(SAID_FINE, re.IGNORECASE)
 
 
 def _ran_fine(text: str, pos: int) -> bool:
@@ -402,7 +403,7 @@ def _ran_fine(text: str, pos: int) -> bool:
     left = max((m.end() for m in _PART_END.finditer(text, max(0, pos - 60), pos)), default=max(0, pos - 60))
     right = _PART_END.search(text, pos)
     part = text[left: right.start() if right else len(text)]
-    return bool(_FINE.search(part)) and not _BAD.search(part)
+    return bool(_FINE.search(part)) and not WENT_BAD.search(part)
 
 
 def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
