@@ -880,3 +880,43 @@ def test_sequence_parallelism_and_the_nll_term_described_in_words():
 ])
 def test_frameworks_named_in_prose(text, framework):
     assert values(text)["framework"] == framework
+
+
+_MEGATRON = (" iteration      200/   10000 | consumed samples:        25600 | elapsed time per iteration (ms): 1234.5 | "
+             "learning rate: 2.000000E-05 | global batch size:   128 | lm loss: {loss} | loss scale: 1.0 | grad norm: "
+             "{gn} | number of skipped iterations:   0 | number of nan iterations:   {nans} |")
+
+
+@pytest.mark.parametrize(("loss", "gn", "nans", "symptoms", "step"), [
+    ("2.345678E+00", "1.234", "0", set(), None),  # NaNs counted and none found: no NaN
+    ("0.000000E+00", "0.000", "0", {"zero_loss", "zero_grad"}, 200),
+    ("nan", "nan", "1", {"nan"}, 200),
+    ("2.345678E+00", "1.234", "3", {"nan"}, None),  # Megatron counted iterations whose gradients were NaN
+])
+def test_megatrons_iteration_line(loss, gn, nans, symptoms, step):
+    v = values(_MEGATRON.format(loss=loss, gn=gn, nans=nans))
+    assert set(v.get("symptom", [])) == symptoms
+    assert v.get("first_bad_step") == step
+    assert "micro_batch_size" not in v  # the global batch is not the per-device micro-batch
+
+
+@pytest.mark.parametrize(("text", "micro"), [
+    ("global batch size 256, micro batch size 2", 2),
+    ("全局批次大小 256，每卡批次大小 2", 2),
+    ("with an effective batch size of 128 the loss goes nan", None),
+    ("total train batch size 64, loss nan", None),
+    ("  Instantaneous batch size per device = 4\n  Total train batch size (w. parallel, distributed & accumulation) = 64",
+     4),  # the HF Trainer's own banner
+    ("batch size 8, loss nan", 8),
+])
+def test_a_batch_size_across_devices_is_not_the_micro_batch(text, micro):
+    assert values(text).get("micro_batch_size") == micro
+
+
+@pytest.mark.parametrize(("text", "version"), [
+    ("O^O/ \\_/ \\    Pytorch: 2.4.0+cu121. CUDA = 8.0. CUDA Toolkit = 12.1.", "2.4.0+cu121"),  # unsloth's banner
+    ("torch==2.1.0.post1", "2.1.0.post1"),
+    ("PyTorch version: 2.3.1+cu118.", "2.3.1+cu118"),
+])
+def test_a_version_ends_before_the_sentences_full_stop(text, version):
+    assert values(text).get("torch_version") == version

@@ -326,9 +326,10 @@ def error_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None
 
 
 _PKG = re.compile(r"(?<![\w\-])(?P<pkg>[A-Za-z][\w\-]*)`?[ \t]*(?:==|=|>=|~=|:|version[ \t]*:?)[ \t]*['\"]?"
-                  r"(?P<ver>v?\d+(?:\.\d+)+[\w.+\-]*)", re.IGNORECASE)
-_PIP_LIST = re.compile(r"^\s*(?P<pkg>[A-Za-z][\w\-]*)\s{2,}(?P<ver>v?\d+(?:\.\d+)+[\w.+\-]*)\s*$")
-_TORCH_ENV = re.compile(r"PyTorch version\s*:\s*(?P<ver>\d+(?:\.\d+)+[\w.+\-]*)", re.IGNORECASE)
+                  r"(?P<ver>v?\d+(?:\.\d+)+"
+                  r"[\w+\-]*(?:\.[\w+\-]+)*)", re.IGNORECASE)
+_PIP_LIST = re.compile(r"^\s*(?P<pkg>[A-Za-z][\w\-]*)\s{2,}(?P<ver>v?\d+(?:\.\d+)+[\w+\-]*(?:\.[\w+\-]+)*)\s*$")
+_TORCH_ENV = re.compile(r"PyTorch version\s*:\s*(?P<ver>\d+(?:\.\d+)+[\w+\-]*(?:\.[\w+\-]+)*)", re.IGNORECASE)
 def env_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     for n, s in lines:
         pip = _PIP_LIST.match(s)

@@ -265,6 +265,10 @@ _SAID_ABSENT = re.compile(r"(?:\bno|\bnot|\bnothing|\bneither|\bwithout|\bnever|
                           r"(?:出现|发现|见到|遇到|报告?|提到)\s*|(?:reported|mentioned|seen)\s+)?"
                           r"(?:(?:nans?|inf|infinity|overflows?|无穷大?|溢出)\s*(?:,|/|\bor\b|\bnor\b|\band\b|或者?|和|、)\s*)*$",
                           re.IGNORECASE)
+# Megatron's "number of nan iterations:   0 |", a "nan_count: 0" column: NaNs counted and found none.
+# (Bounded gaps: the pattern stays linear however many spaces a line holds.)
+_COUNTED_ZERO = re.compile(r"[ \t_-]{0,3}(?:iterations?|iters?|steps?|counts?|grads?|gradients?|batch(?:es)?|samples?|"
+                           r"tokens?|values?|occurrences?)?[ \t]{0,3}[:=][ \t]{0,8}0(?![\d.])", re.IGNORECASE)
 # Only the training frameworks name the tool; DeepSpeed / transformers / torch appear in nearly every paste.
 _FW_ORDER = ["ms-swift", "OpenRLHF", "LLaMA-Factory", "verl", "xtuner", "trl", "unsloth", "DeepSpeed-Chat",
              "ColossalAI", "axolotl", "Megatron-LM", "nemo-rl", "torchtitan", "torchtune", "EasyR1", "AReaL",
@@ -686,7 +690,8 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             facts.set("algorithm", "KTO", "text", n, s, source)
         for rx, sym in symptoms:
             if any(not _SAID_ABSENT.search(before := s[max(0, m.start() - 40):m.start()])
-                   and not (sym in ("nan", "inf") and _HARDWARE_FIGURE.search(before)) for m in rx.finditer(s)):
+                   and not (sym in ("nan", "inf") and (_HARDWARE_FIGURE.search(before) or _COUNTED_ZERO.match(s, m.end())))
+                   for m in rx.finditer(s)):
                 facts.add("symptom", sym, "text", n, s, source)
                 if rx is _PAIRWISE_TIE:
                     facts.set("pairwise_tie", True, "text", n, s, source)

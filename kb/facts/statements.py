@@ -67,6 +67,12 @@ _LABEL = re.compile("|".join(_label_regex(lab) for lab in sorted(PROSE_LABELS, k
                     re.IGNORECASE)
 
 
+# "global batch size 256", "total train batch size", "effective batch size", "全局批次大小": the whole batch across
+# devices and accumulation steps, not the per-device micro-batch that the label names alone.
+_OTHER_QUANTITY = re.compile(r"(?:(?<![A-Za-z])(?:global|total|effective|overall)[\s_-]+(?:train(?:ing)?[\s_-]+)?|"
+                             r"全局|总的?|有效)$", re.IGNORECASE)
+
+
 def _ascii_bounded(text: str, start: int, end: int) -> bool:
     before = text[start - 1] if start > 0 else " "
     after = text[end] if end < len(text) else " "
@@ -140,7 +146,7 @@ def extract_config(text: str, *, recommendation: bool = False) -> list[Finding]:
         if lm.group(0).isascii() and not _ascii_bounded(text, lm.start(), lm.end()):
             continue
         key = PROSE_LABELS.get(re.sub(r"[\s_-]+", " ", lm.group(0).lower()))
-        if key is None:
+        if key is None or _OTHER_QUANTITY.search(text, max(0, lm.start() - 16), lm.start()):
             continue
         vm = _VALUE.match(text, lm.end())
         if key == "model":
