@@ -845,6 +845,11 @@ def test_a_printed_dict_holding_what_json_cannot_is_no_traceback(text):
     ("第 120 步开始 loss 变成 nan", 120), ("从第十二步起 grad_norm 为 nan", 12),
     ("qwen2.5 lora sft，loss 第二步开始就是 0", 2),
     ("at step 50 the learning rate warmup ends and loss is normal", None),
+    # "after N steps", "after step N", "训练了 N 步之后": when it went bad, said as what came before it
+    ("verl GRPO, after step 120 the actor/pg_loss becomes nan", 120),
+    ("T5 under apex O1 returned a NaN loss after about 34 iterations", 34),
+    ("loss becomes 0 after ~200 steps and stays there", 200), ("训练了 300 步之后 loss 变成 nan", 300),
+    ("after 500 steps the loss becomes 1.5", None), ("after 3 epochs the loss is nan", None),
     # "fine-tuning" does not say the run was fine
     ("lr=1e-3 for full fine-tuning qwen2-7b, loss spikes to 12 then nan at step 150", 150),
     ("fine-tuning with LoRA: loss nan from the first step", 1),

@@ -127,8 +127,11 @@ _FROM_START = re.compile(r"from the (?:very )?(?:first|1st) (?:step|iteration)|(
                          r"(?:at|on) the (?:very )?(?:first|1st) (?:step|iteration)|"
                          r"从第(?:一|1)\s*(?:步|个\s*step|次迭代)|第(?:一|1)\s*(?:步|个\s*step)(?:就|起|开始)", re.IGNORECASE)
 # "NaN at step 300", "from step 120 on", "第二步开始就是 0": a later first bad step, said in words.
-_AT_STEP = re.compile(r"\b(?:at|from|since|starting (?:at|from)|on) (?:the )?(?:step|iteration|iter) (\d{1,7})\b|"
-                      r"从?第\s*(\d{1,7}|[一二三四五六七八九十两]{1,3})\s*(?:步|个\s*step|次迭代)\s*(?:开始|起|就|时)", re.IGNORECASE)
+_AT_STEP = re.compile(r"\b(?:(?:at|from|since|starting (?:at|from)|on|after|around|about) (?:the )?(?:step|iteration|iter) "
+                      r"(\d{1,7})|after (?:about |around |roughly |approximately |~ ?)?(\d{1,7}) (?:training )?"
+                      r"(?:steps|iterations|iters))\b|"
+                      r"从?第\s*(\d{1,7}|[一二三四五六七八九十两]{1,3})\s*(?:步|个\s*step|次迭代)\s*(?:开始|起|就|时)|"
+                      r"(?:训练|跑)了?\s*(\d{1,7})\s*(?:步|个\s*steps?|次迭代)\s*(?:之后|以后|后)", re.IGNORECASE)
 _CN_DIGITS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 
 
@@ -142,8 +145,8 @@ def _step_number(word: str) -> int | None:
     return _CN_DIGITS.get(word) if len(word) == 1 else None
 
 
-_BAD_IN_CLAUSE = re.compile(r"(?<![\w.])(?:nan|inf)(?!\w)|(?:为|是|都是|就是)\s*0(?![\d.])|\b(?:loss|norm)\s*[:=]?\s*0(?:\.0+)?(?![\d.])|"
-                            r"\b(?:is|was|are|were|of|to)\s+"
+_BAD_IN_CLAUSE = re.compile(r"(?<![\w.])(?:nan|inf)(?!\w)|(?:为|是|都是|就是|变成|变为)\s*0(?![\d.])|"
+                            r"\b(?:loss|norm)\s*[:=]?\s*0(?:\.0+)?(?![\d.])|\b(?:is|was|are|were|of|to|becomes?|became)\s+"
                             r"(?:0(?:\.0+)?(?![\d.])|zero\b)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<!\d)\.|\.(?!\d)|[。;；!?！？]")  # not the point of "0.0"
 _NORMAL_IN_CLAUSE = re.compile(r"正常|\bnormal(?!i[sz])|\bfine(?![- _]?tun)\b|\bok\b|healthy|没问题", re.IGNORECASE)
@@ -678,7 +681,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             for clause in _SENTENCE_END.split(s):
                 m = _AT_STEP.search(clause)
                 if m and _BAD_IN_CLAUSE.search(clause) and not _NORMAL_IN_CLAUSE.search(clause):
-                    step = _step_number(m.group(1) or m.group(2))
+                    step = _step_number(next(g for g in m.groups() if g))
                     if step:
                         facts.set("first_bad_step", step, "text", n, s, source)
                         break
