@@ -291,6 +291,24 @@ def test_reports_that_are_not_about_a_training_divergence_go_out_of_scope_whatev
     assert d.scope == "in"
 
 
+def test_out_of_scope_decided_by_its_rule_shows_that_rules_track_record_first(real_kb):
+    # The ranker alone would put an in-scope cause first for this GRPO log (its loss of 0 reads like a collapse);
+    # the rule that a GRPO loss of 0 is expected decides the scope. The differential must not then lead with out
+    # of scope at the ranker's few per cent: it shows how often that rule was right, and the rest share what is left.
+    _, ranker = real_kb.case_model()
+    assert ranker.not_training_right is not None and 0.5 < ranker.not_training_right < 1.0
+    log = ("GRPO training with TRL 0.16, Qwen2.5-1.5B-Instruct, loss is always 0 for the first steps, is this a bug?\n"
+           "{'loss': 0.0, 'grad_norm': 0.312, 'learning_rate': 1e-06, 'reward': 0.125, 'reward_std': 0.21, 'kl': 0.0, "
+           "'epoch': 0.01}\n"
+           "{'loss': 0.0, 'grad_norm': 0.287, 'learning_rate': 1e-06, 'reward': 0.2, 'reward_std': 0.25, 'kl': 0.0004, "
+           "'epoch': 0.02}")
+    d = real_kb.diagnose(text=log)
+    assert d.route == "out-of-scope" and "GRPO loss of 0 is expected" in d.reason
+    probs = [p.probability for p in d.differential]
+    assert d.differential[0].category == "out-of-scope" and probs == sorted(probs, reverse=True)
+    assert probs[0] >= round(ranker.not_training_right, 3) - 1e-3 and sum(probs) <= 1.0 + 1e-3
+
+
 @pytest.mark.slow
 def test_divergence_without_a_known_mechanism_gets_the_framework_defect_route(real_kb):
     text = ("After upgrading transformers from 4.45 to 4.46 the training loss of my SFT run is nan from step 1; "
@@ -320,6 +338,19 @@ def test_a_framework_defect_without_its_feature_names_no_curated_incident(real_k
     assert any(e.kind == "case" for e in fb[0].evidence)  # the similar real reports stand instead
     d = real_kb.diagnose(text="llamafactory-cli train: shift_attn: true, fp16: true\n{'loss': 0.0, 'grad_norm': nan}")
     assert d.diagnoses[0].incident_id == "llamafactory-s2-attn-fp16-grad-nan"
+
+
+@pytest.mark.slow
+def test_the_first_question_is_about_the_leading_candidate_and_the_probabilities_add_up(real_kb):
+    # The rules name verl's micro-batch mechanism with confidence over the ranker's framework defect. The questions
+    # must not open with a setting that separates the two unlikely candidates (fp16 or bf16?), and each asks about
+    # another split; the probabilities shown beside them add up to at most one.
+    d = real_kb.diagnose(text="verl GRPO qwen2.5-3b, after step 120 the actor/pg_loss becomes nan and the response "
+                              "length collapses to 1")
+    assert d.differential[0].category == "micro-batch-misconfig"
+    assert sum(c.probability for c in d.differential) <= 1.0 + 1e-3
+    assert d.questions and "micro-batch-misconfig" in d.questions[0].separates
+    assert len({frozenset(q.separates) for q in d.questions}) == len(d.questions)
 
 
 @pytest.mark.slow

@@ -465,7 +465,7 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
         order = [i for i in order if not learned.ruled_out(labels[i], facts)] + \
             [i for i in order if learned.ruled_out(labels[i], facts)]
     best = labels[order[0]]
-    prob = learned.shown_probabilities(view, probs, labels, order)
+    prob = learned.shown_probabilities(view, probs, labels, order, whole, ranker.not_training_right)
     differential = [LabelProbability(category=labels[i], probability=round(prob[labels[i]], 3)) for i in order[:4]]
     top_label_cases = [i for i in nbrs if case_labels[i] == best]
     similar = [SimilarReport(id=index.cases[i].id, url=index.cases[i].url, title=index.cases[i].title,
@@ -539,13 +539,18 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
     # never mentioned for a sequence-parallel answer) is named on resemblance alone: ask for what would confirm it.
     unconfirmed = best in by_cat and best != learned.FRAMEWORK_BUG and not by_cat[best].fired
     if out.route != "mechanism" or overridden or unsettled or unconfirmed:
-        out.questions = differential_questions(facts, [lab for lab in shown[:3]], by_cat, lang)
+        out.questions = differential_questions(facts, [lab for lab in shown[:3]], by_cat, lang, probs=prob)
     return out
 
 
 def differential_questions(facts: Facts, candidates: list[str], by_cat: dict[str, Candidate], lang: str,
-                           limit: int = 3) -> list[Question]:
-    """The 1-3 unknown facts on which the candidates' triggers differ most, as questions in the user's language."""
+                           limit: int = 3, probs: dict[str, float] | None = None) -> list[Question]:
+    """The 1-3 unknown facts on which the candidates' triggers differ most, as questions in the user's language.
+
+    A fact that some candidates reason about and others do not splits them in two; the split closest to even in
+    the candidates' probabilities (`probs`; equal without) comes first, and of splits equally even, the one about
+    the more probable side: what would confirm or rule out the leading candidate before what separates two
+    unlikely ones."""
     from kb.canonical import QUESTIONS
 
     uses: dict[str, set[str]] = {}
@@ -559,11 +564,24 @@ def differential_questions(facts: Facts, candidates: list[str], by_cat: dict[str
                     if key and key in QUESTIONS and key not in facts:
                         uses.setdefault(key, set()).add(cat)
     if FRAMEWORK_BUG_LABEL in candidates:
-        for key in ("framework_version", "torch_version"):
-            if key not in facts:
-                uses.setdefault(key, set()).add(FRAMEWORK_BUG_LABEL)
+        # One release question is enough: the framework's, or torch's when the framework's is known.
+        key = next((k for k in ("framework_version", "torch_version") if k not in facts), None)
+        if key is not None:
+            uses.setdefault(key, set()).add(FRAMEWORK_BUG_LABEL)
     # A fact that only some candidates reason about separates them; one all of them use separates nothing.
-    ranked = sorted(uses, key=lambda key: (-(0 < len(uses[key]) < len(candidates)), -len(uses[key]), key))
+    mass = {c: (probs or {}).get(c, 0.0) if probs else 1.0 for c in candidates}
+    total = sum(mass.values()) or 1.0
+
+    def side(key: str) -> float:
+        return sum(mass[c] for c in uses[key] if c in mass) / total
+
+    ranked = sorted(uses, key=lambda key: (-(0 < len(uses[key]) < len(candidates)),
+                                           -round(min(side(key), 1.0 - side(key)), 2), -side(key), key))
+    # Each question another split of the candidates first: two questions about one candidate's setting ask less
+    # than one about it and one about the next.
+    seen: set[frozenset[str]] = set()
+    first = [k for k in ranked if frozenset(uses[k]) not in seen and not seen.add(frozenset(uses[k]))]
+    ranked = first + [k for k in ranked if k not in first]
     out = []
     for key in ranked[:limit]:
         en, zh, options = QUESTIONS[key]

@@ -359,13 +359,16 @@ def _fit_predict(rows: list[dict[str, Any]], train: list[int], test: list[int], 
         targets.append(labels.index(case_labels[j]))
     ranker = learned.Ranker.fit(groups, targets, labels)
     ranker.text = text_model
+    ranker.not_training_right = learned.not_training_precision(
+        [rows[j]["view"] for j in train], [rows[j]["text"] for j in train], [rows[j]["case"].scope == "out" for j in train])
     preds = {}
     for j in test:
         phi, _ = learned.label_matrix(rows[j]["view"], labels, case_labels, train_mask, prior, rows[j]["text"],
                                       text_scores[j])
         p = ranker.probabilities(phi)
         order = learned.ranked(rows[j]["view"], p, labels, rows[j]["text"])
-        shown = learned.shown_probabilities(rows[j]["view"], p, labels, order)  # what kb diagnose would show
+        shown = learned.shown_probabilities(rows[j]["view"], p, labels, order, rows[j]["text"],
+                                            ranker.not_training_right)  # what kb diagnose would show
         preds[j] = (labels[order[0]], shown[labels[order[0]]], [labels[i] for i in order[:3]])
     return ranker, preds
 

@@ -493,6 +493,9 @@ class Ranker:
     # How often answers were right per band of confidence, out of fold on the case base (`kb eval --cv --fit`
     # writes it beside the weights): {"reports": 670, "bins": [{"bin": "0.75-0.90", "n": .., "correct": ..}, ..]}.
     track_record: dict | None = None
+    # How often a report that `not_training` calls out of scope was out of scope, on the rows the ranker was fitted
+    # on (Laplace-smoothed): the confidence shown when that rule, not the ranker, decides the scope.
+    not_training_right: float | None = None
 
     def record_for(self, confidence: float) -> dict | None:
         """The out-of-fold track record of answers as confident as this one: its band, how many reports fell in
@@ -538,6 +541,8 @@ class Ranker:
     def save(self, path: Path = MODEL_FILE, meta: dict | None = None) -> None:
         data = {"features": list(FEATURES), "weights": [round(float(x), 6) for x in self.weights],
                 "labels": self.labels, "unsure_below": self.unsure_below, **(meta or {})}
+        if self.not_training_right is not None:
+            data["not_training_right"] = round(float(self.not_training_right), 4)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         tmp.replace(path)
@@ -557,8 +562,12 @@ class Ranker:
         if not (isinstance(record, dict) and isinstance(record.get("bins"), list)
                 and all(_band(b) is not None for b in record["bins"])):
             record = None  # damaged by hand: the weights still serve, nothing is quoted
+        right = data.get("not_training_right")
+        if isinstance(right, bool) or not isinstance(right, (int, float)) or not 0.0 < right <= 1.0:
+            right = None  # missing or damaged: the ranker's own probability is shown
         return cls(np.asarray(data["weights"], dtype=np.float64), list(data.get("labels", [])),
-                   float(data.get("unsure_below", UNSURE_BELOW)), track_record=record)
+                   float(data.get("unsure_below", UNSURE_BELOW)), track_record=record,
+                   not_training_right=None if right is None else float(right))
 
 
 def _band(b: object) -> tuple[float, float] | None:
@@ -665,16 +674,33 @@ def ranked(view: QueryView, probs: np.ndarray, labels: Sequence[str], text: str 
     return out + [j for j in order if j not in out]
 
 
-def shown_probabilities(view: QueryView, probs: np.ndarray, labels: Sequence[str], order: Sequence[int]
-                        ) -> dict[str, float]:
+def shown_probabilities(view: QueryView, probs: np.ndarray, labels: Sequence[str], order: Sequence[int],
+                        text: str = "", not_training_right: float | None = None) -> dict[str, float]:
     """The probability shown per label, best first (`order`): the ranker's, except that a first label the rules put
-    first too keeps the rules' own calibrated confidence when that is higher. `kb diagnose` shows these, and
-    `kb eval --cv` measures their reliability out of fold."""
+    first too keeps the rules' own calibrated confidence when that is higher, and that out of scope put first by
+    `not_training` (whatever the ranker said) shows how often that rule was right (`Ranker.not_training_right`), the
+    other labels sharing what is left in their own proportions. `kb diagnose` shows these, and `kb eval --cv`
+    measures their reliability out of fold."""
     prob = {labels[i]: 0.0 if ruled_out(labels[i], view.facts) else float(probs[i]) for i in order}
     best = labels[order[0]] if len(order) else None
+    raised = prob.get(best, 0.0)
     if best is not None and best == view.engine_top:
-        prob[best] = max(prob[best], view.category_scores.get(best, 0.0))
+        raised = max(raised, view.category_scores.get(best, 0.0))
+    if best == OUT_OF_SCOPE and not_training_right is not None and not_training(view, text):
+        raised = max(raised, not_training_right)
+    if best is not None and raised > prob[best]:
+        # The others share what is left, in their own proportions: the probabilities shown still add up to one.
+        rest = sum(p for lab, p in prob.items() if lab != best)
+        scale = (1.0 - raised) / rest if rest > 0 else 0.0
+        prob = {lab: raised if lab == best else p * scale for lab, p in prob.items()}
     return prob
+
+
+def not_training_precision(views: Sequence[QueryView], texts: Sequence[str], out_of_scope: Sequence[bool]
+                           ) -> float:
+    """Laplace-smoothed share of the reports `not_training` calls out of scope that are (`Ranker.not_training_right`)."""
+    hits = [o for v, t, o in zip(views, texts, out_of_scope) if not_training(v, t)]
+    return (sum(hits) + 1.0) / (len(hits) + 2.0)
 
 
 def label_matrix(view: QueryView, all_labels: Sequence[str], case_labels: Sequence[str], usable: np.ndarray,
