@@ -925,3 +925,18 @@ def test_a_batch_size_across_devices_is_not_the_micro_batch(text, micro):
 ])
 def test_a_version_ends_before_the_sentences_full_stop(text, version):
     assert values(text).get("torch_version") == version
+
+
+@pytest.mark.parametrize(("text", "facts"), [
+    (("***** train metrics *****\n  epoch                    =        1.0\n  train_loss               =        0.0\n"
+      "  train_runtime            = 0:10:00.00\n  train_samples_per_second =      5.123"),
+     {"zero_metrics": ["train_loss"], "symptom": ["zero_loss"]}),
+    (("***** eval metrics *****\n  epoch                   =        3.0\n  eval_loss               =        nan\n"
+      "  eval_runtime            = 0:00:10.00"), {"nan_metrics": ["eval_loss"], "symptom": ["nan"]}),
+    ("***** train metrics *****\n  epoch                    =        3.0\n  train_loss               =     1.2345\n",
+     {}),  # a healthy run's summary
+    ("***** Running training *****\n  Num examples = 1,000\n  Num Epochs = 3", {}),  # the banner before a run
+])
+def test_the_hf_trainers_metrics_summary_is_one_record(text, facts):
+    v = values(text)
+    assert {k: v[k] for k in ("zero_metrics", "nan_metrics", "symptom") if k in v} == facts

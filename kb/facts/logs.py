@@ -123,12 +123,30 @@ def _counter(text: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+# The HF Trainer's summary at the end of a run or an evaluation: "***** train metrics *****", then one
+# "  train_loss               =        0.0" per line; the block is one record.
+_METRICS_BANNER = re.compile(r"^\s*\*{3,}\s*(?:train|eval|predict|test)\s+metrics\s*\*{3,}\s*$", re.IGNORECASE)
+_BANNER_PAIR = re.compile(r"^\s*(?P<k>[A-Za-z_][\w/.\-]*)[ \t]*=[ \t]*(?P<v>\S+)[ \t]*$")
+
+
 def parse_metric_records(lines: list[tuple[int, str]]) -> list[Record]:
-    """Every metric record in the paste, in order: dict/JSON lines, `k=v`, `k:v - k:v`, `k v | k v`, tables."""
+    """Every metric record in the paste, in order: dict/JSON lines, `k=v`, `k:v - k:v`, `k v | k v`, tables, the
+    HF Trainer's metrics summary."""
     records: list[Record] = []
     header: list[str] | None = None
     tab_header: list[str] | None = None
+    block: list[tuple[int, str, str, str]] | None = None  # (line, text, key, value) under a metrics banner
     for idx, (n, s) in enumerate(lines):
+        if _METRICS_BANNER.match(s):
+            block = []
+            continue
+        if block is not None:
+            m = _BANNER_PAIR.match(s)
+            if m:
+                block.append((n, s, m.group("k").lower(), m.group("v")))
+                continue
+            records += _banner_record(block)
+            block = None
         if "\t" in s:
             cells = [c.strip() for c in s.strip().split("\t")]
             if _TAB_HEAD.fullmatch(cells[0].replace(" ", "_")) and len(cells) >= 2 and not any(re.fullmatch(_NUM, c, re.IGNORECASE)
@@ -190,7 +208,15 @@ def parse_metric_records(lines: list[tuple[int, str]]) -> list[Record]:
                 group = []
             if k:
                 group.append((k, v))
+    if block is not None:
+        records += _banner_record(block)
     return records
+
+
+def _banner_record(block: list[tuple[int, str, str, str]]) -> list[Record]:
+    pairs = [(k, v) for _, _, k, v in block if re.fullmatch(_NUM, v, re.IGNORECASE)]
+    rec = _record_from_pairs(block[0][0], "; ".join(s.strip() for _, s, _, _ in block), pairs) if pairs else None
+    return [rec] if rec else []
 
 
 def _nonfinite_metric(k: str, v: str) -> bool:
