@@ -265,7 +265,9 @@ def test_the_confidence_shown_is_the_rankers_unless_the_rules_put_the_same_label
                              engine_top="rule-cause", sims=np.zeros(0))
     shown = learned.shown_probabilities(view, np.array([0.2, 0.5, 0.3]), labels, [1, 2, 0])
     assert list(shown) == ["rule-cause", OUT_OF_SCOPE, "ranker-cause"]  # best first
-    assert shown == {"rule-cause": 0.64, OUT_OF_SCOPE: 0.3, "ranker-cause": 0.2}
+    # The others share what is left (0.36) in their own proportions (0.3 : 0.2): the shown probabilities add up.
+    assert shown == pytest.approx({"rule-cause": 0.64, OUT_OF_SCOPE: 0.216, "ranker-cause": 0.144})
+    assert sum(shown.values()) == pytest.approx(1.0)
     # The rules' score lifts only their own first label, and never lowers the ranker's.
     shown = learned.shown_probabilities(view, np.array([0.7, 0.1, 0.2]), labels, [0, 2, 1])
     assert shown == {"ranker-cause": 0.7, OUT_OF_SCOPE: 0.2, "rule-cause": 0.1}
