@@ -340,6 +340,21 @@ def test_a_framework_defect_without_its_feature_names_no_curated_incident(real_k
     assert d.diagnoses[0].incident_id == "llamafactory-s2-attn-fp16-grad-nan"
 
 
+def test_an_fp16_overflow_in_a_run_said_to_be_bf16_is_unlikely(real_kb):
+    from kb.diagnose import learned
+
+    assert learned.precision_mismatch("fp16-overflow", extract_facts("bf16 LoRA, loss nan"))
+    assert not learned.precision_mismatch("fp16-overflow", extract_facts("fp16 LoRA, loss nan"))
+    assert not learned.precision_mismatch("fp16-overflow", extract_facts("LoRA, loss nan"))  # precision not said
+    assert not learned.precision_mismatch("all-labels-masked", extract_facts("bf16 LoRA, loss nan"))
+    _, ranker = real_kb.case_model()
+    assert ranker.weights[learned.FEATURES.index("precision_mismatch")] < 0  # learned, as algo_mismatch is
+    # A bf16 run whose loss is 0 from the start and whose eval loss is nan was answered with the Baichuan2 fp16
+    # incident, on resemblance.
+    d = real_kb.diagnose(text="LLaMA-Factory 0.9.1 训练 Qwen2-VL-7B，lora，bf16，loss 从一开始就是 0，eval_loss 是 nan")
+    assert d.diagnoses[0].category != "fp16-overflow"
+
+
 @pytest.mark.slow
 def test_the_first_question_is_about_the_leading_candidate_and_the_probabilities_add_up(real_kb):
     # The rules name verl's micro-batch mechanism with confidence over the ranker's framework defect. The questions

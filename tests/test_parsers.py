@@ -746,6 +746,8 @@ def test_a_gradient_norm_that_spikes_is_the_grad_norm():
     ("试过 bf16，也是 nan，现在用 fp16", "fp16", None),
     ("I also tried bf16, and it works", None, "bf16"),
     ("改成 bf16 后 loss 不再一直为 0，但偶尔仍为 0", None, "bf16"),  # it helped, whatever else still fails
+    ("main.py --type ACTOR with its default (non-bf16) precision produced a NaN training loss", None, None),
+    ("用非 bf16 的默认精度训练，loss 为 nan", None, None),
 ])
 def test_a_dtype_tried_or_asked_about_is_not_the_runs(text, precision, working):
     f = values(text)
@@ -850,6 +852,7 @@ def test_a_printed_dict_holding_what_json_cannot_is_no_traceback(text):
     ("T5 under apex O1 returned a NaN loss after about 34 iterations", 34),
     ("loss becomes 0 after ~200 steps and stays there", 200), ("训练了 300 步之后 loss 变成 nan", 300),
     ("after 500 steps the loss becomes 1.5", None), ("after 3 epochs the loss is nan", None),
+    ("用 xtuner 微调，训练到 200 个 iter 左右 loss 变成 nan", 200), ("跑到 12000 步 loss 突然飙升然后 nan", 12000),
     # "fine-tuning" does not say the run was fine
     ("lr=1e-3 for full fine-tuning qwen2-7b, loss spikes to 12 then nan at step 150", 150),
     ("fine-tuning with LoRA: loss nan from the first step", 1),

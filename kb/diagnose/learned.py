@@ -41,7 +41,8 @@ UNSURE_BELOW = 0.35
 TRACK_RECORD_MIN = 20
 FEATURES = ("engine", "engine_top", "fired", "knn", "nn1", "prior",
             "oos_bias", "oos_no_symptom", "oos_error", "oos_symptom", "oos_knn", "oos_inference",
-            "fw_bias", "fw_versions", "fw_no_rule", "fw_release_words", "text", "oos_text", "cue", "algo_mismatch")
+            "fw_bias", "fw_versions", "fw_no_rule", "fw_release_words", "text", "oos_text", "cue", "algo_mismatch",
+            "precision_mismatch")
 # Words of a report about generation or serving, not training (an out-of-scope signal when no metric went bad).
 _INFERENCE_WORDS = re.compile(r"inference|推理|generat\w*|生成|cli_demo|deploy\w*|部署|serving|vllm serve|乱码|gibberish|"
                               r"repeat\w*|复读", re.IGNORECASE)
@@ -260,6 +261,7 @@ def features(view: QueryView, label: str, nbrs: list[int], labels: Sequence[str]
         "oos_text": text_scores[0] if oos and text_scores is not None else 0.0,
         "cue": math.log1p(view.cues.get(label, 0.0)),
         "algo_mismatch": 1.0 if algorithm_mismatch(label, view.facts) else 0.0,
+        "precision_mismatch": 1.0 if precision_mismatch(label, view.facts) else 0.0,
     }
     return np.array([f[k] for k in FEATURES], dtype=np.float64)
 
@@ -269,6 +271,19 @@ def algorithm_mismatch(label: str, facts: Facts) -> bool:
     allowed = CATEGORY_ALGORITHMS.get(label)
     algo = facts.value("algorithm")
     return bool(allowed and algo and str(algo) not in allowed)
+
+
+# The precisions under which a label's mechanism occurs: fp16's dynamic loss scaling and narrow range.
+CATEGORY_PRECISIONS = {"fp16-overflow": ("fp16",)}
+
+
+def precision_mismatch(label: str, facts: Facts) -> bool:
+    """The report names its run's precision and the label's mechanism needs another (an fp16 overflow in a bf16 run).
+    A learned feature, like `algo_mismatch`: a report's stated precision can be wrong or partial (fp16 weights
+    under a bf16 autocast)."""
+    allowed = CATEGORY_PRECISIONS.get(label)
+    precision = facts.value("precision")
+    return bool(allowed and precision and str(precision) not in allowed and facts.value("weights_dtype") != "fp16")
 
 
 SEQUENCE_PARALLEL_SPLIT = "sequence-parallel-label-split"
@@ -664,9 +679,9 @@ def ranked(view: QueryView, probs: np.ndarray, labels: Sequence[str], text: str 
     # rule must not push a more confident cause down (the list stays ordered by confidence). Against a confident
     # out of scope they still lead: a configuration pasted on its own, with no symptom, is a question about it.
     best_in = max((float(probs[j]) for j in order if labels[j] != OUT_OF_SCOPE), default=0.0)
-    # Nor does a rule lead with a mechanism the report's algorithm rules out (an ORPO report's words can retrieve
-    # the KTO incident first).
-    possible = top is not None and not algorithm_mismatch(top, view.facts)
+    # Nor does a rule lead with a mechanism the report's algorithm or precision rules out (an ORPO report's words can
+    # retrieve the KTO incident first, a bf16 report's the fp16 one).
+    possible = top is not None and not algorithm_mismatch(top, view.facts) and not precision_mismatch(top, view.facts)
     if possible and rules >= best_in and (rules >= RULES_CONFIDENT or (unsure and rules >= RULES_WHEN_UNSURE)):
         i = list(labels).index(top)
         order = [i, *[j for j in order if j != i]]

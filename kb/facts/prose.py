@@ -131,7 +131,8 @@ _AT_STEP = re.compile(r"\b(?:(?:at|from|since|starting (?:at|from)|on|after|arou
                       r"(\d{1,7})|after (?:about |around |roughly |approximately |~ ?)?(\d{1,7}) (?:training )?"
                       r"(?:steps|iterations|iters))\b|"
                       r"从?第\s*(\d{1,7}|[一二三四五六七八九十两]{1,3})\s*(?:步|个\s*step|次迭代)\s*(?:开始|起|就|时)|"
-                      r"(?:训练|跑)了?\s*(\d{1,7})\s*(?:步|个\s*steps?|次迭代)\s*(?:之后|以后|后)", re.IGNORECASE)
+                      r"(?:训练|跑)了?\s*(\d{1,7})\s*(?:步|个\s*steps?|次迭代)\s*(?:之后|以后|后)|"
+                      r"(?:训练|跑)到\s*第?\s*(\d{1,7})\s*(?:步|个?\s*(?:iter|step)s?\b|次迭代)", re.IGNORECASE)
 _CN_DIGITS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 
 
@@ -387,6 +388,9 @@ _CANNOT_USE = re.compile(r"(?:不支持|用不了|不能用|无法使用|没法�
                          r"do not) support|no support for|unsupported)\s*$", re.IGNORECASE)
 
 
+_NEGATED_DTYPE = re.compile(r"(?:(?<![A-Za-z])non[- ]?|非 ?)$", re.IGNORECASE)
+
+
 def _part_of(clause: str, start: int, end: int) -> str:
     """The comma-delimited part of `clause` around [start, end): where a dtype's own verdict is said ("bf16 with ZeRO-0
     grows, normal with ZeRO-1" keeps bf16's verdict apart from ZeRO-1's)."""
@@ -409,6 +413,8 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                 d = DTYPE_OF_WORD.get(fold(m.group(1)))  # fold: IGNORECASE matched "İ" / "ſ" too
                 if d is None:
                     continue
+                if _NEGATED_DTYPE.search(before):
+                    continue  # "its default (non-bf16) precision", "非 bf16": not the run's dtype
                 if _CANNOT_USE.search(before) or _NOT_SUPPORTED_AFTER.match(clause, m.end()):
                     # "V100，用不了 bf16", "my GPU doesn't support bf16": what the run could not use.
                     if d == "bf16":
