@@ -350,6 +350,8 @@ FRAMEWORKS: dict[str, tuple[str, ...]] = {
     "AReaL": ("areal",),
     "SkyRL": ("skyrl",),
     "slime": ("thudm/slime",),
+    "PaddleNLP": ("paddlenlp",),
+    "MindSpeed-LLM": ("mindspeed-llm", "mindspeed"),
 }
 
 ALGORITHMS: dict[str, tuple[str, ...]] = {

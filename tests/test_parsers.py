@@ -853,6 +853,7 @@ def test_a_printed_dict_holding_what_json_cannot_is_no_traceback(text):
     ("loss becomes 0 after ~200 steps and stays there", 200), ("训练了 300 步之后 loss 变成 nan", 300),
     ("after 500 steps the loss becomes 1.5", None), ("after 3 epochs the loss is nan", None),
     ("用 xtuner 微调，训练到 200 个 iter 左右 loss 变成 nan", 200), ("跑到 12000 步 loss 突然飙升然后 nan", 12000),
+    ("开启 kl loss 后训练到 1000 多步时 loss 出现 nan", 1000), ("训练了 300 余步之后 loss 变成 nan", 300),
     # "fine-tuning" does not say the run was fine
     ("lr=1e-3 for full fine-tuning qwen2-7b, loss spikes to 12 then nan at step 150", 150),
     ("fine-tuning with LoRA: loss nan from the first step", 1),
@@ -884,6 +885,8 @@ def test_sequence_parallelism_and_the_nll_term_described_in_words():
     ("slime 跑 Qwen3.5-VL grounding RL，同一 SFT 权重用 HF transformers 推理正常", "slime"),
     ("torchtitan llama3 8b pretraining loss nan", "torchtitan"),
     ("EasyR1 GRPO kl nan at step 40", "EasyR1"),
+    ("PaddleNLP 做 RL 训练，loss 出现 nan", "PaddleNLP"),
+    ("GPU 迁移到 NPU 后用 MindSpeed-LLM 训练，第 0 步梯度溢出", "MindSpeed-LLM"),
     ("Mistral-Nemo 12B fine-tune with axolotl: grad norm inf", "axolotl"),  # a model named Nemo is not a framework
 ])
 def test_frameworks_named_in_prose(text, framework):
@@ -943,3 +946,29 @@ def test_a_version_ends_before_the_sentences_full_stop(text, version):
 def test_the_hf_trainers_metrics_summary_is_one_record(text, facts):
     v = values(text)
     assert {k: v[k] for k in ("zero_metrics", "nan_metrics", "symptom") if k in v} == facts
+
+
+@pytest.mark.parametrize(("text", "on"), [
+    ("用 PaddleNLP 做 RL 训练并开启 kl loss，训练到 1000 多步时 loss 出现 nan", True),
+    ("GRPO with the KL loss enabled, loss nan at step 300", True),
+    ("kl loss is on and pg_loss goes nan", True),
+    ("verl grpo use_kl_loss=True, kl nan", True),
+    ("没有开启 kl loss，reward 变成 nan", False),
+    ("actor/kl_loss: nan", None),  # a logged value, not the setting
+    ("关闭 kl loss 后正常", None),  # the fix, not the run's setting
+    ("GRPO without the kl loss, reward nan", None),
+])
+def test_the_kl_loss_said_on_in_words(text, on):
+    assert values(text).get("use_kl_loss") is on
+
+
+@pytest.mark.parametrize(("text", "metric"), [
+    ("the loss oscillates and then goes nan", "loss"),
+    ("loss 一直震荡甚至直接变成 nan", "loss"),
+    ("kl loss is on and pg_loss goes nan", "pg_loss"),
+    ("the loss went nan at step 30", "loss"),
+    ("the loss fluctuates and is not 0", None),
+    ("loss goes down normally", None),
+])
+def test_how_a_metric_moved_before_it_broke_is_no_gap(text, metric):
+    assert (values(text).get("nan_metrics") or [None])[0] == metric

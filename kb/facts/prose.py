@@ -61,6 +61,12 @@ _COLLAPSE = re.compile(r"!{4,}|exclamation mark|感叹号|全(?:部)?(?:变)?(?:
                        r"id 0\b|乱码|gibberish|garbage output|repeat(?:s|ed|ing)? the same token", re.IGNORECASE)
 # verl's `low_var_kl` (Schulman's k3): exp(ref - logp) overflows when the policy drifts; named in prose and code.
 _KL_K3 = re.compile(r"low[_ ]var[_ ]kl|\bk3\b(?:[ _-]?(?:kl|estimator))|kl[ _-]?estimator\W{0,3}k3", re.IGNORECASE)
+# The KL term used as a loss, said in words: "开启 kl loss", "with the KL loss enabled", "use_kl_loss on" (said off:
+# "without the kl loss", "关闭 kl loss"). A logged `kl_loss` metric alone is not read here: it names a value.
+_KL_LOSS = re.compile(r"(?:开启|启用|打开|使用|用了?|加上|加入|\benabl(?:e[sd]?|ing)|\bwith|\busing|\buses?|\bturn(?:ed|s)? on|"
+                      r"\badd(?:ed|ing|s)?)\s{0,2}(?:the |a )?(?:use_)?kl[ _-]?(?:loss|损失)(?![\w/])|"
+                      r"(?<![\w/])(?:use_)?kl[ _-]?(?:loss|损失)\s{0,2}(?:is |was )?(?:enabled|turned on|on\b|开启|打开)|"
+                      r"use_kl_loss\s*(?:=|:|：)?\s*true", re.IGNORECASE)
 _LENGTH_NORM = re.compile(r"length[- ]normali[sz]\w*|average[_ ]log[_ ]?probs?|average_logps|长度归一", re.IGNORECASE)
 # A metric's name: a metric word, alone or as the last word of a compound (`crossentropyloss`, `gradnorm`), with
 # `_` / `/` parts around it (`actor/grad_norm`, `rewards/chosen`, `kl_coef`); a whole word, so that "quickly",
@@ -79,7 +85,7 @@ _PROSE_METRIC_ADJ = re.compile(r"(?<![\w-])(?P<v>nan|inf)\s+(?:(?:eval(?:uation)
 # "loss: 11.20 -> 11.17 -> nan", "loss 2.1 → 8.3 → inf": a trajectory that ends in a bad value.
 _TRAJECTORY = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")['\"]?\s*[:=：]?\s*(?:[-+]?[\d.]+(?:e[-+]?\d+)?\s*"
                          r"(?:->|→|=>|—>|to|then|,)\s*)+(?P<v>nan|inf|0(?:\.0+)?(?![\d.]))(?![A-Za-z0-9_])", re.IGNORECASE)
-_GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes? to|went to|turns? (?:in)?to|turn(?:s|ed)?|"
+_GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes?(?: to)?|went(?: to)?|turns? (?:in)?to|turn(?:s|ed)?|"
                      # "the loss stays at 0", "grad_norm is stuck at nan"
                      r"(?:stays?|stayed|remains?|remained|(?:is |was |gets? |got )?stuck|sits?|sat|pinned) at|"
                      r"stays?|remains?|always|keeps?|got|gets|shows?|reports?|of|to|equals?|=|:|：|一直|都|总|变|变为|"
@@ -103,6 +109,9 @@ _GAP_FILLER = re.compile(
     r"already|still|again|also)\b|"
     r"\b(?:term|component|part)\b|"  # "the NLL term turns nan"
     r"\b(?:from start to finish|throughout|all along|the whole time)\b|"  # "loss 从头到尾都是 0.0"
+    # how it moved before it broke: "the loss oscillates and then goes nan", "loss 一直震荡甚至变成 nan"
+    r"\b(?:oscillat\w*|fluctuat\w*|bounc\w*)(?:\s+(?:for a while|a lot|wildly|heavily))?(?:\s+and)?\b|"
+    r"(?:上下)?(?:震荡|波动|抖动)(?:不降|不下降)?|甚至|"
     r"突然|很快|直接|一下子?|马上|立刻|立即|最终|最后|随后|然后|逐渐|慢慢|之后|后来|了|数值|值|指标|曲线|项|部分|"
     r"从头到尾|自始至终|一开始就|从一开始",
     re.IGNORECASE)
@@ -131,8 +140,9 @@ _AT_STEP = re.compile(r"\b(?:(?:at|from|since|starting (?:at|from)|on|after|arou
                       r"(\d{1,7})|after (?:about |around |roughly |approximately |~ ?)?(\d{1,7}) (?:training )?"
                       r"(?:steps|iterations|iters))\b|"
                       r"从?第\s*(\d{1,7}|[一二三四五六七八九十两]{1,3})\s*(?:步|个\s*step|次迭代)\s*(?:开始|起|就|时)|"
-                      r"(?:训练|跑)了?\s*(\d{1,7})\s*(?:步|个\s*steps?|次迭代)\s*(?:之后|以后|后)|"
-                      r"(?:训练|跑)到\s*第?\s*(\d{1,7})\s*(?:步|个?\s*(?:iter|step)s?\b|次迭代)", re.IGNORECASE)
+                      r"(?:训练|跑)了?\s*(\d{1,7})\s*[多余]?\s*(?:步|个\s*steps?|次迭代)\s*(?:之后|以后|后)|"
+                      # "训练到 1000 多步时": about that step ("多" / "余": a few more)
+                      r"(?:训练|跑)到\s*第?\s*(\d{1,7})\s*[多余]?\s*(?:步|个?\s*(?:iter|step)s?\b|次迭代)", re.IGNORECASE)
 _CN_DIGITS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 
 
@@ -276,7 +286,7 @@ _COUNTED_ZERO = re.compile(r"[ \t_-]{0,3}(?:iterations?|iters?|steps?|counts?|gr
 # Only the training frameworks name the tool; DeepSpeed / transformers / torch appear in nearly every paste.
 _FW_ORDER = ["ms-swift", "OpenRLHF", "LLaMA-Factory", "verl", "xtuner", "trl", "unsloth", "DeepSpeed-Chat",
              "ColossalAI", "axolotl", "Megatron-LM", "nemo-rl", "torchtitan", "torchtune", "EasyR1", "AReaL",
-             "SkyRL", "slime", "DeepSpeed", "transformers"]
+             "SkyRL", "slime", "PaddleNLP", "MindSpeed-LLM", "DeepSpeed", "transformers"]
 _FW_AMBIGUOUS = {"torch", "pytorch", "transformers", "deepspeed", "hf trainer"}
 _ALGO_AMBIGUOUS = {"rm", "pt", "reward", "gae"}
 
@@ -572,6 +582,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                 _PROSE_METRIC_REV, _LR_FIX, _LOSS_TYPE, _KTO_WORDS, _LIGHTNING, _PROSE_SPIKE, _PROSE_LR, _VERSION_WORDS,
                 _PROSE_HUGE, _FROM_START, _PROSE_SPIKE_REV))
     metric_adj = hay.gate(_PROSE_METRIC_ADJ)
+    kl_loss = hay.gate(_KL_LOSS)
     at_step = hay.gate(_AT_STEP)
     high_loss = hay.gate(_PROSE_HIGH_LOSS)
     advantage = hay.gate(_PROSE_ADVANTAGE)
@@ -613,6 +624,9 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         m = kl_k3.search(s)
         if m:
             facts.set("kl_estimator", "k3", "text", n, s, source)
+        m = kl_loss.search(s)
+        if m and not said_as_fix(s, m.start(), m.end()):
+            facts.set("use_kl_loss", not _said_off(s, m.start(), m.end()), "text", n, s, source)
         if length_norm.search(s):
             facts.set("average_log_prob", True, "text", n, s, source)
         # the one switched to is tried beside the run, whatever came of it ("全参数微调 OOM，换 LoRA 脚本也一样")
