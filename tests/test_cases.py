@@ -147,6 +147,49 @@ def test_ranker_learns_which_feature_decides():
     assert r.probabilities(groups[0]).argmax() == targets[0]
 
 
+def test_ranker_fits_a_labels_own_weight_for_its_cues_and_keeps_the_shared_one_for_labels_it_never_saw(tmp_path):
+    """Label "a"'s cue always names the truth, label "b"'s cue fires at random: a's own cue weight must come out above
+    b's. A label the ranker was not fitted on gets the shared weight alone, and the per-label weights survive a save."""
+    from kb.diagnose import learned
+    from kb.diagnose.learned import FEATURES, Ranker
+
+    rng = np.random.default_rng(1)
+    cue = FEATURES.index("cue")
+    groups, targets = [], []
+    for _ in range(300):
+        phi = np.zeros((3, len(FEATURES)))
+        t = int(rng.integers(3))
+        phi[1, cue] = float(rng.integers(2))  # b's cue: noise
+        if t == 0:
+            phi[0, cue] = 1.0  # a's cue: fires exactly when a is the answer
+        groups.append(phi)
+        targets.append(t)
+    r = Ranker.fit(groups, targets, ["a", "b", "c"])
+    own = r.label_weights["cue"]
+    assert set(own) == {"a", "b", "c"} and own["a"] > own["b"] + 1.0
+    phi = np.zeros((2, len(FEATURES)))
+    phi[:, cue] = 1.0
+    p = r.probabilities(phi, ["a", "never-seen"])
+    shared = r.weights[cue]
+    assert p[0] / p[1] == pytest.approx(np.exp(own["a"]), rel=1e-6)  # the shared weight cancels; a's own stays
+    assert r.probabilities(groups[0]).argmax() == r.probabilities(groups[0], ["a", "b", "c"]).argmax()
+    r.save(tmp_path / "r.json")
+    back = Ranker.load(tmp_path / "r.json")
+    assert back.label_weights["cue"]["a"] == pytest.approx(own["a"], abs=1e-5) and back.weights[cue] == pytest.approx(shared, abs=1e-5)
+    # fitted before there were per-label weights: its shared weights are the whole model
+    import json
+    data = json.loads((tmp_path / "r.json").read_text())
+    (tmp_path / "old.json").write_text(json.dumps({k: v for k, v in data.items() if k != "label_weights"}))
+    old = Ranker.load(tmp_path / "old.json")
+    assert old.label_weights == {} and old.probabilities(phi, ["a", "b"])[0] == pytest.approx(0.5)
+    # damaged, or for another feature: refused (refit), never half-read
+    for broken in ({**data, "label_weights": {"cue": {"a": "x"}}}, {**data, "label_weights": ["cue"]},
+                   {**data, "label_weights": {"knn": {"a": 1.0}}}):
+        (tmp_path / "b.json").write_text(json.dumps(broken))
+        assert Ranker.load(tmp_path / "b.json") is None
+    assert learned.LABEL_FEATURES == ("cue",)
+
+
 def test_scope_is_decided_by_total_mass():
     from kb.diagnose.learned import OUT_OF_SCOPE, decide
 
@@ -289,6 +332,18 @@ def test_reports_that_are_not_about_a_training_divergence_go_out_of_scope_whatev
     assert d.route == "out-of-scope" and "GRPO loss of 0 is expected" in d.reason
     d = real_kb.diagnose(text="TRL GRPO: loss and grad_norm are 0 on every step, the model does not change")
     assert d.scope == "in"
+    # An fp16 loss scaler that overflows now and then skips that step and lowers its scale: working as designed.
+    # On every step, falling to its minimum, or with a bad metric it is the failure again.
+    d = real_kb.diagnose(text="微调 Qwen1.5-0.5B，日志里偶尔出现 OVERFLOW! Rank 0 Skipping step. Attempted loss scale: "
+                              "32768, reducing to 16384，loss 正常下降")
+    assert d.route == "out-of-scope" and "偶尔溢出是正常行为" in d.reason
+    d = real_kb.diagnose(text="GPT-2 fp16 apex O2: 'Gradient overflow. Skipping step, loss scaler 0 reducing loss scale "
+                              "to 262144.0' every 2000 steps")
+    assert d.route == "out-of-scope" and "overflows now and then" in d.reason
+    for failing in ("sft.sh 训练时日志一直出现 [deepspeed] OVERFLOW! Rank 0 Skipping step，loss scale 不断减半",
+                    "occasionally OVERFLOW! Skipping step, then Current loss scale already at minimum",
+                    "occasionally OVERFLOW! Skipping step and the loss is nan"):
+        assert real_kb.diagnose(text=failing).scope == "in", failing
 
 
 def test_out_of_scope_decided_by_its_rule_shows_that_rules_track_record_first(real_kb):

@@ -451,7 +451,7 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
     prior = learned.priors(case_labels, labels)
     phi, nbrs = learned.label_matrix(view, labels, case_labels, np.ones(len(index.cases), dtype=bool), prior, whole,
                                      ranker.text_scores(whole))
-    probs = ranker.probabilities(phi)
+    probs = ranker.probabilities(phi, labels)
     order = learned.ranked(view, probs, labels, whole)
     trainer = any(f.kind == "trainer" for f in facts.items.values())
     if trainer:

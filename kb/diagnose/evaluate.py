@@ -365,7 +365,7 @@ def _fit_predict(rows: list[dict[str, Any]], train: list[int], test: list[int], 
     for j in test:
         phi, _ = learned.label_matrix(rows[j]["view"], labels, case_labels, train_mask, prior, rows[j]["text"],
                                       text_scores[j])
-        p = ranker.probabilities(phi)
+        p = ranker.probabilities(phi, labels)
         order = learned.ranked(rows[j]["view"], p, labels, rows[j]["text"])
         shown = learned.shown_probabilities(rows[j]["view"], p, labels, order, rows[j]["text"],
                                             ranker.not_training_right)  # what kb diagnose would show
@@ -604,6 +604,7 @@ def fit_case_ranker(kb: Diagnoser, out: Path | None = None, report: dict[str, An
                                 "bins": report["confidence"]["bins"]}
     ranker.save(out or learned.MODEL_FILE, meta)
     return {"weights": dict(zip(learned.FEATURES, [round(float(w), 3) for w in ranker.weights])),
+            "label_weights": {f: {lab: round(w, 3) for lab, w in per.items()} for f, per in ranker.label_weights.items()},
             "fitted_on": meta["fitted_on"], "track_record": "track_record" in meta}
 
 
