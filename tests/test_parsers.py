@@ -854,6 +854,8 @@ def test_a_printed_dict_holding_what_json_cannot_is_no_traceback(text):
     ("after 500 steps the loss becomes 1.5", None), ("after 3 epochs the loss is nan", None),
     ("用 xtuner 微调，训练到 200 个 iter 左右 loss 变成 nan", 200), ("跑到 12000 步 loss 突然飙升然后 nan", 12000),
     ("开启 kl loss 后训练到 1000 多步时 loss 出现 nan", 1000), ("训练了 300 余步之后 loss 变成 nan", 300),
+    ("前 20 步左右 loss 在 10 到 20 之间，大约 20 多步后 loss 开始为 nan", 20), ("每 100 步后 loss 变成 nan", None),
+    ("从第 0 步起梯度范数就是 nan", 1), ("第 0 步即溢出，grad_norm 为 inf", 1),
     # "fine-tuning" does not say the run was fine
     ("lr=1e-3 for full fine-tuning qwen2-7b, loss spikes to 12 then nan at step 150", 150),
     ("fine-tuning with LoRA: loss nan from the first step", 1),
@@ -972,3 +974,21 @@ def test_the_kl_loss_said_on_in_words(text, on):
 ])
 def test_how_a_metric_moved_before_it_broke_is_no_gap(text, metric):
     assert (values(text).get("nan_metrics") or [None])[0] == metric
+
+
+@pytest.mark.parametrize(("text", "key", "metric"), [
+    ("损失变成 nan", "nan_metrics", "loss"), ("梯度范数为 nan", "nan_metrics", "grad_norm"),
+    ("梯度为 nan", "nan_metrics", "grad_norm"), ("验证集上的损失为 nan，训练损失正常", "nan_metrics", "eval_loss"),
+    ("奖励变为 nan", "nan_metrics", "reward"), ("KL 散度变成 inf", "nan_metrics", "kl"),
+    ("训练曲线上的损失掉到 0", "zero_metrics", "loss"), ("loss 开始为 nan", "nan_metrics", "loss"),
+    ("the loss started being nan", "nan_metrics", "loss"),
+    # said absent, or no bad value
+    ("没有出现梯度为 nan 的情况", "nan_metrics", None), ("损失从 2.3 降到 0.5", "zero_metrics", None),
+    ("loss 开始下降", "nan_metrics", None),
+])
+def test_a_metric_named_in_chinese(text, key, metric):
+    assert (values(text).get(key) or [None])[0] == metric
+
+
+def test_a_zero_gradient_norm_named_in_chinese_is_no_gradient():
+    assert "zero_grad" in values("梯度范数一直为 0")["symptom"]

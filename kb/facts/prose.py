@@ -76,6 +76,11 @@ _METRIC_NAME = (r"(?:(?:[A-Za-z]+[_/])*(?:[A-Za-z]*(?:loss|norm)(?:es|s)?|kld?|a
 _BAD_VALUE = r"(?:(?i:nan|inf|infinity)|无穷大?|0(?:\.0+)?(?![\d.])|zero)"  # "kl变为Nan" too
 _PROSE_METRIC = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")(?=(?P<gap>[^\n,，。.;；=]{0,30}?)"
                            r"(?<![A-Za-z0-9_.])(?P<v>" + _BAD_VALUE + r")(?![A-Za-z0-9_]))", re.IGNORECASE)
+# The same with a metric named in Chinese: "损失变成 nan", "梯度范数一直为 0", "验证集上的损失为 nan", "奖励变为 nan"
+# (`_ZH_METRIC` gives each its canonical name; a word before "损失" that names evaluation makes it eval_loss).
+_PROSE_METRIC_ZH = re.compile(r"(?P<m>梯度范数|梯度模长|梯度|损失值?|损失函数值?|奖励值?|KL\s*散度)(?=(?P<gap>[^\n,，。.;；=]{0,30}?)"
+                              r"(?<![A-Za-z0-9_.])(?P<v>" + _BAD_VALUE + r")(?![A-Za-z0-9_]))", re.IGNORECASE)
+_ZH_METRIC = (("梯度", "grad_norm"), ("损失", "loss"), ("奖励", "reward"), ("kl", "kl"))
 _PROSE_METRIC_REV = re.compile(r"(?<![\w])(?P<v>nan|NaN|inf|Inf)s?\b\s*(?:values?\s*)?(?:in|for|of|on)\s+(?:the\s+|both\s+)?"
                                r"(?P<m>" + _METRIC_NAME + r")", re.IGNORECASE)
 # The bad value as the metric's adjective: "reports NaN eval loss on every rank", "produces NaN training loss",
@@ -112,7 +117,8 @@ _GAP_FILLER = re.compile(
     # how it moved before it broke: "the loss oscillates and then goes nan", "loss 一直震荡甚至变成 nan"
     r"\b(?:oscillat\w*|fluctuat\w*|bounc\w*)(?:\s+(?:for a while|a lot|wildly|heavily))?(?:\s+and)?\b|"
     r"(?:上下)?(?:震荡|波动|抖动)(?:不降|不下降)?|甚至|"
-    r"突然|很快|直接|一下子?|马上|立刻|立即|最终|最后|随后|然后|逐渐|慢慢|之后|后来|了|数值|值|指标|曲线|项|部分|"
+    r"突然|很快|直接|一下子?|马上|立刻|立即|最终|最后|随后|然后|逐渐|慢慢|之后|后来|了|数值|值|指标|曲线|项|部分|开始|"
+    r"\bstart(?:s|ed)? (?:to be|being)\b|"  # "loss 开始为 nan", "the loss started being nan"
     r"从头到尾|自始至终|一开始就|从一开始",
     re.IGNORECASE)
 # "drops to 0", "降到 0": how a loss reaches zero (with _BAD_VALUE's "0" not followed by more digits).
@@ -134,13 +140,16 @@ def _gap_ok(gap: str) -> bool:
 _FROM_START = re.compile(r"from the (?:very )?(?:first|1st) (?:step|iteration)|(?:from|at|on) step (?:0|1)\b|"
                          r"from the (?:very )?(?:start|beginning|outset)\b|(?:从|一)开始(?:训练)?就|开始训练就|从一开始|"
                          r"(?:at|on) the (?:very )?(?:first|1st) (?:step|iteration)|"
-                         r"从第(?:一|1)\s*(?:步|个\s*step|次迭代)|第(?:一|1)\s*(?:步|个\s*step)(?:就|起|开始)", re.IGNORECASE)
+                         r"从第\s*(?:一|1|0)\s*(?:步|个\s*step|次迭代)|第\s*(?:一|1|0)\s*(?:步|个\s*step)(?:就|即|起|开始)",
+                         re.IGNORECASE)
 # "NaN at step 300", "from step 120 on", "第二步开始就是 0": a later first bad step, said in words.
 _AT_STEP = re.compile(r"\b(?:(?:at|from|since|starting (?:at|from)|on|after|around|about) (?:the )?(?:step|iteration|iter) "
                       r"(\d{1,7})|after (?:about |around |roughly |approximately |~ ?)?(\d{1,7}) (?:training )?"
                       r"(?:steps|iterations|iters))\b|"
                       r"从?第\s*(\d{1,7}|[一二三四五六七八九十两]{1,3})\s*(?:步|个\s*step|次迭代)\s*(?:开始|起|就|时)|"
                       r"(?:训练|跑)了?\s*(\d{1,7})\s*[多余]?\s*(?:步|个\s*steps?|次迭代)\s*(?:之后|以后|后)|"
+                      # "大约 20 多步后 loss 开始为 nan" (not "每 100 步后": a period, not a moment)
+                      r"(?<![每\d])(?:大约|大概|约)\s*(\d{1,7})\s*[多余]?\s*(?:步|个\s*steps?|次迭代)\s*(?:之后|以后|后)|"
                       # "训练到 1000 多步时": about that step ("多" / "余": a few more)
                       r"(?:训练|跑)到\s*第?\s*(\d{1,7})\s*[多余]?\s*(?:步|个?\s*(?:iter|step)s?\b|次迭代)", re.IGNORECASE)
 _CN_DIGITS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
@@ -583,6 +592,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                 _PROSE_HUGE, _FROM_START, _PROSE_SPIKE_REV))
     metric_adj = hay.gate(_PROSE_METRIC_ADJ)
     kl_loss = hay.gate(_KL_LOSS)
+    metric_zh = hay.gate(_PROSE_METRIC_ZH)
     at_step = hay.gate(_AT_STEP)
     high_loss = hay.gate(_PROSE_HIGH_LOSS)
     advantage = hay.gate(_PROSE_ADVANTAGE)
@@ -667,6 +677,10 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             if not _gap_ok(m.group("gap")):
                 continue
             _prose_metric(facts, m.group("m"), m.group("v"), n, s, source, m.start("m"))
+        for m in metric_zh.finditer(s):
+            if _gap_ok(m.group("gap")) and not _SAID_ABSENT.search(s[max(0, m.start() - 12):m.start()]):
+                name = next(en for zh, en in _ZH_METRIC if m.group("m").lower().startswith(zh))
+                _prose_metric(facts, name, m.group("v"), n, s, source, m.start("m"))
         for m in trajectory.finditer(s):
             _prose_metric(facts, m.group("m"), m.group("v"), n, s, source, m.start("m"))
         for m in huge.finditer(s):
