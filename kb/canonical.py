@@ -290,8 +290,13 @@ def normalise_value(key: str, value: Any) -> Any:
         return re.sub(r"\s+", " ", m.group("gpu")) if m else re.split(r"\s+[|(]", text)[0]
     if s.kind == "dtype":
         return _DTYPE.get(text.lower())
-    if key == "attn_implementation" and text.lower() not in s.values and not _KERNEL_WORD.search(text):
-        return None  # "with flash attention: training loss wrong": a word after the name, not a kernel
+    if key == "attn_implementation":
+        # "attn_impl: triton, loss nan at head dim 8": the kernel is the first word, the rest is the sentence
+        first = re.split(r"\s*[,;，；]", text, maxsplit=1)[0]
+        if first != text and (first.lower() in s.values or _KERNEL_WORD.search(first)):
+            text = re.sub(r"(?<=\w)[.,;:。，；：]$", "", first)
+        elif text.lower() not in s.values and not _KERNEL_WORD.search(text):
+            return None  # "with flash attention: training loss wrong": a word after the name, not a kernel
     if s.values:
         return s.values.get(text.lower(), text.lower())
     if key == "algorithm":

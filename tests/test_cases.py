@@ -229,6 +229,12 @@ def real_kb(repo_root, tmp_path_factory) -> KnowledgeBase:
      "padding-side-mismatch"),
     ("RL example config: group_size 1, reward normalisation by group mean; advantages all 0 and the loss is 0",
      "grpo-group-std-degenerate"),
+    ("UserWarning: cuDNN SDPA backward got grad_output.strides() != output.strides(); the loss is nan",
+     "attention-kernel-bug"),
+    ("MPT in llm-foundry, attn_impl: triton, loss nan at head dim 8", "attention-kernel-bug"),
+    ("Gemma-2 9B LoRA, attn_implementation sdpa, loss nan", "attention-kernel-bug"),
+    ("SFT of the Qwen2.5-7B base model with the chat template's <|im_start|> tokens: loss nan", "untrained-token-embeddings"),
+    ("added new special tokens and called resize_token_embeddings; grad_norm nan", "untrained-token-embeddings"),
 ])
 def test_category_cues_read_on_a_paste_name_the_taxonomy_signal(text, category):
     from kb.cues import score_query
@@ -253,6 +259,12 @@ def test_category_cues_keep_their_conditions_on_a_paste():
     assert "all-labels-masked" not in score_query(extract_facts(text), text)
     text = "GRPO loss 0 and grad_norm 0, then grad_norm nan"
     assert "grpo-group-std-degenerate" not in score_query(extract_facts(text), text)
+    # A base model alone, or a chat model with its own template, is no untrained-token signal; nor is a Gemma model
+    # under eager attention a fused-kernel one.
+    for text in ("Qwen2 base model SFT loss nan", "Qwen2-7B-Instruct with its chat template, loss nan"):
+        assert "untrained-token-embeddings" not in score_query(extract_facts(text), text), text
+    text = "Gemma-2 9B LoRA, attn_implementation eager, loss nan"
+    assert score_query(extract_facts(text), text).get("attention-kernel-bug", 0) < 1.0
     # Normalised advantages of a healthy size are no sign of a degenerate group std.
     text = "GRPO, normalize_rewards: true; advantages mean 0.01, std 1.0, max 2.3; loss nan at step 40"
     assert "grpo-group-std-degenerate" not in score_query(extract_facts(text), text)

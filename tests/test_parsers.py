@@ -992,3 +992,12 @@ def test_a_metric_named_in_chinese(text, key, metric):
 
 def test_a_zero_gradient_norm_named_in_chinese_is_no_gradient():
     assert "zero_grad" in values("梯度范数一直为 0")["symptom"]
+
+
+@pytest.mark.parametrize(("text", "kernel"), [
+    ("attn_impl: triton, loss nan at head dim 8", "triton"),  # the sentence after the comma is no kernel name
+    ("attn_implementation: eager, and it works", "eager"),
+    ("attn_implementation flash_attention_2.", "flash_attention_2"),
+])
+def test_an_attention_kernel_named_before_the_rest_of_a_sentence(text, kernel):
+    assert values(text)["attn_implementation"] == kernel
