@@ -200,7 +200,7 @@ def _clean_key(raw: str) -> str:
 _BY_KEY: dict[str, FactSpec] = {f.key: f for f in FACTS + LOG_FACTS}
 # What an attention kernel's name looks like, beyond the value table (llm-foundry's `triton`, `flex_attention`,
 # `xformers`, `npu_fusion_attention`, `kernels-community/vllm-flash-attn3`).
-_KERNEL_WORD = re.compile(r"flash|sdpa|eager|attn|attention|triton|xformers|flex|cudnn|mem_?eff|fused|sage|varlen",
+KERNEL_WORD = re.compile(r"flash|sdpa|eager|attn|attention|triton|xformers|flex|cudnn|mem_?eff|fused|sage|varlen",
                           re.IGNORECASE)
 _ALIAS: dict[str, str] = {}
 # Every key an alias may stand for, in FACTS order: `--deepspeed 0.14.0` is a version, `--deepspeed ds.json` a file.
@@ -293,9 +293,9 @@ def normalise_value(key: str, value: Any) -> Any:
     if key == "attn_implementation":
         # "attn_impl: triton, loss nan at head dim 8": the kernel is the first word, the rest is the sentence
         first = re.split(r"\s*[,;，；]", text, maxsplit=1)[0]
-        if first != text and (first.lower() in s.values or _KERNEL_WORD.search(first)):
+        if first != text and (first.lower() in s.values or KERNEL_WORD.search(first)):
             text = re.sub(r"(?<=\w)[.,;:。，；：]$", "", first)
-        elif text.lower() not in s.values and not _KERNEL_WORD.search(text):
+        elif text.lower() not in s.values and not KERNEL_WORD.search(text):
             return None  # "with flash attention: training loss wrong": a word after the name, not a kernel
     if s.values:
         return s.values.get(text.lower(), text.lower())

@@ -425,14 +425,15 @@ def test_an_fp16_overflow_in_a_run_said_to_be_bf16_is_unlikely(real_kb):
 @pytest.mark.slow
 def test_the_first_question_is_about_the_leading_candidate_and_the_probabilities_add_up(real_kb):
     # The rules name verl's micro-batch mechanism with confidence over the ranker's framework defect. The questions
-    # must not open with a setting that separates the two unlikely candidates (fp16 or bf16?), and each asks about
-    # another split; the probabilities shown beside them add up to at most one.
+    # must not open with a setting that separates the two unlikely candidates (fp16 or bf16?): with the leader at
+    # 0.9 and the others under 0.05, its second setting comes before a split of what is left (under a tenth of the
+    # mass, `SPLIT_WORTH_ASKING`); the probabilities shown beside them add up to at most one.
     d = real_kb.diagnose(text="verl GRPO qwen2.5-3b, after step 120 the actor/pg_loss becomes nan and the response "
                               "length collapses to 1")
     assert d.differential[0].category == "micro-batch-misconfig"
     assert sum(c.probability for c in d.differential) <= 1.0 + 1e-3
     assert d.questions and "micro-batch-misconfig" in d.questions[0].separates
-    assert len({frozenset(q.separates) for q in d.questions}) == len(d.questions)
+    assert d.differential[0].probability > 0.8 and all("micro-batch-misconfig" in q.separates for q in d.questions[:2])
 
 
 @pytest.mark.slow

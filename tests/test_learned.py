@@ -85,6 +85,33 @@ def test_saved_text_model_round_trips_and_a_foreign_file_is_refused(tmp_path):
     assert TextModel.load(tmp_path / "missing.npz") is None
 
 
+def test_the_text_classifiers_read_a_report_without_the_tools_it_names(repo_root, tmp_path):
+    from kb.cases import load_cases
+
+    cases, _ = load_cases(repo_root / "cases")
+    names = learned.tool_names(cases)
+    # the training frameworks and the case base's projects; not a kernel, a model family or a short common word
+    assert {"llama-factory", "ms-swift", "verl", "trl", "medicalgpt", "minimind"} <= set(names)
+    assert not {"flash-attention", "liger-kernel", "qwen2.5-vl", "moe-llava", "roll", "apex", "peft", "adopt"} & set(names)
+    assert list(names) == sorted(names, key=lambda n: (-len(n), n))  # longest first: "llama-factory" before "llama"
+    texts = MASKED + OVERFLOW + OOM
+    labels = ["all-labels-masked"] * 4 + ["fp16-overflow"] * 4 + [OUT_OF_SCOPE] * 4
+    model, _ = TextModel.fit([text_counts(t, names) for t in texts], labels, range(len(texts)), names)
+    assert model.names == names
+    # Two reports that differ only in the tool they ran score alike; a word that is no tool's name still counts.
+    a = model.scores("LLaMA-Factory: loss 0 with tokenization mismatch")
+    b = model.scores("ms-swift: loss 0 with tokenization mismatch")
+    assert a[0] == pytest.approx(b[0], abs=1e-6) and a[1] == pytest.approx(b[1], abs=1e-6)
+    assert text_counts("llamafactory-cli train, loss nan", names) == text_counts("verl train, loss nan", names) != \
+        text_counts("llamafactory-cli train, loss nan")
+    # the names travel with a saved model; a model saved before they did is refitted
+    model.save(tmp_path / "t.npz")
+    assert TextModel.load(tmp_path / "t.npz").names == names
+    with np.load(tmp_path / "t.npz") as z:
+        np.savez(tmp_path / "old.npz", **{k: z[k] for k in z.files if k != "names"})
+    assert TextModel.load(tmp_path / "old.npz") is None
+
+
 def test_the_shipped_ranker_and_the_text_classifiers_fitted_from_the_case_base(repo_root, tmp_path):
     from kb.cases import load_cases
 

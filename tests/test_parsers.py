@@ -192,6 +192,8 @@ def test_metrics_named_together_and_a_zero_gradient_norm():
     f = values("swift GRPO 训练中 loss 和 grad_norm 一直为 0")
     assert f["zero_metrics"] == ["loss"] and set(f["symptom"]) == {"zero_loss", "zero_grad"}
     assert set(values("loss、grad_norm 都是 nan")["nan_metrics"]) == {"loss", "grad_norm"}
+    assert values("loss and grad norm stay at 0")["zero_metrics"] == ["loss"]  # a two-word metric after "and"
+    assert values("the loss and the gradient norm are nan")["nan_metrics"] == ["loss", "grad_norm"]
     assert values("the logged grad_norm was zero")["symptom"] == ["zero_grad"]
     assert "zero_grad" in values('{"loss": -0.0, "grad_norm": 0.0, "kl": 0.0}')["symptom"]
     assert "symptom" not in values("loss 和 acc 正常, grad_norm 1.2")

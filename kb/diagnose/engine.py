@@ -543,6 +543,9 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
     return out
 
 
+SPLIT_WORTH_ASKING = 0.1  # the least share of the candidates' probability a new question's split must set apart
+
+
 def differential_questions(facts: Facts, candidates: list[str], by_cat: dict[str, Candidate], lang: str,
                            limit: int = 3, probs: dict[str, float] | None = None) -> list[Question]:
     """The 1-3 unknown facts on which the candidates' triggers differ most, as questions in the user's language.
@@ -578,9 +581,11 @@ def differential_questions(facts: Facts, candidates: list[str], by_cat: dict[str
     ranked = sorted(uses, key=lambda key: (-(0 < len(uses[key]) < len(candidates)),
                                            -round(min(side(key), 1.0 - side(key)), 2), -side(key), key))
     # Each question another split of the candidates first: two questions about one candidate's setting ask less
-    # than one about it and one about the next.
+    # than one about it and one about the next. A split that sets apart under a tenth of the candidates' mass (a
+    # 0.05 candidate beside a 0.4 one) is no such question: it waits behind the leader's second setting.
     seen: set[frozenset[str]] = set()
-    first = [k for k in ranked if frozenset(uses[k]) not in seen and not seen.add(frozenset(uses[k]))]
+    first = [k for k in ranked if min(side(k), 1.0 - side(k)) >= SPLIT_WORTH_ASKING
+             and frozenset(uses[k]) not in seen and not seen.add(frozenset(uses[k]))]
     ranked = first + [k for k in ranked if k not in first]
     out = []
     for key in ranked[:limit]:

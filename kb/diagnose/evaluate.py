@@ -295,6 +295,7 @@ def _case_views(kb: Diagnoser, cases: list, index, text_of: Callable[[Any], str]
     from kb.diagnose.engine import query_view
 
     rows = []
+    names = learned.tool_names(cases)  # read out of the text the classifiers see (a name unseen in training weighs 0)
     for c in cases:
         text = text_of(c) if text_of is not None else c.query()
         inputs = [("text", text)]
@@ -309,7 +310,7 @@ def _case_views(kb: Diagnoser, cases: list, index, text_of: Callable[[Any], str]
             hits = search_without(hits, excl, "hybrid")
         own = narrative(text)  # what the learned layer reads (kb.facts.template), as in engine._learned_diagnosis
         rows.append({"case": c, "text": own, "view": query_view(kb, facts, cands, query, index, text),
-                     "counts": learned.text_counts(own), "excluded": sorted(excl),
+                     "counts": learned.text_counts(own, names), "excluded": sorted(excl),
                      "hybrid_top": hits[0].incident.root_cause.category if hits else None,
                      "rules_top": cands[0].incident.root_cause.category if cands else None,
                      "rules_incidents": [x.incident.id for x in cands[:5]],

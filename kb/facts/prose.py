@@ -98,7 +98,8 @@ _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes?(?
                      r"变成|为|是|出现|会|就|直接|也|and [\w/]+ (?:will be|are|were|become)|一直为|一直是|"
                      r"全程|始终|全部|全都|均|"
                      # "loss 和 grad_norm 一直为 0", "loss、grad_norm 都是 nan", "loss and grad_norm are 0"
-                     r"(?:和|与|及|跟|、|&|and|as well as)\s*[A-Za-z_][\w/]*|"
+                     # "the loss and the grad norm stay at 0": a two-word metric after the conjunction
+                     r"(?:和|与|及|跟|、|&|and|as well as)\s*(?:the\s+)?(?:grad(?:ient)?\s+norms?|[A-Za-z_][\w/]*)|"
                      # "the training loss and the eval loss are nan"
                      r"(?:and|as well as) the (?:eval\w*|validation|val|train\w*|test) [A-Za-z_][\w/]*|"
                      r"[\w/]+ (?:will be|are|were)))*\s*(?:a |an )?$", re.IGNORECASE)
@@ -333,6 +334,13 @@ _FAMILY_RX = [(fam, re.compile(rf"(?<![Oo])(?<!_to_)(?<!ex)(?:{rx})(?![-_ ]?(?:f
                                 re.IGNORECASE))
               for fam, rx in MODEL_FAMILIES]
 _PLACEHOLDER = re.compile(r"path[_/ -]?to|your[_-]|[<{$]", re.IGNORECASE)
+
+
+def names_model_family(text: str) -> bool:
+    """`text` names a model family ("qwen2.5-vl", "moe-llava"), not only a tool named after one (LLaMA-Factory)."""
+    return any(rx.search(text) for _, rx in _FAMILY_RX)
+
+
 _SHIFT_ATTN = re.compile(r"S(?:\^?2|²)[- ]?attn|S(?:\^?2|²)[- ]Attention|shift(?:ed)?[_ ]attn|shifted sparse attention|"
                          r"LongLoRA", re.IGNORECASE)
 # "peft" names adapters in use, not the library installed (`PEFT version: 0.12.0`, `peft==0.12.0`) nor ms-swift's
