@@ -117,7 +117,7 @@ def test_one_message_renders_for_every_platform():
 
 
 def test_the_bots_quote_the_track_record_in_the_users_language():
-    rec = {"band": "0.75-0.90", "reports": 112, "right": 0.812, "of": 670}
+    rec = {"band": "0.75-0.90", "reports": 112, "right": 0.812, "of": 670, "percent": 81}
     msg = from_diagnosis({**DIAGNOSIS, "track_record": rec})
     assert "answers this confident (0.75-0.90) were right 81 % of the time (112 of 670 unseen reports)" in msg.notes
     assert "81 % of the time" in to_text(msg)

@@ -307,7 +307,12 @@ def test_the_track_record_quotes_the_band_of_a_confidence_and_keeps_quiet_on_thi
             {"bin": "0.50-0.90", "n": 40, "correct": 0.7, "mean_confidence": 0.7},
             {"bin": "0.90-1.00", "n": 60, "correct": 0.95, "mean_confidence": 0.97}]
     ranker = learned.Ranker(track_record={"reports": 105, "bins": bins})
-    assert ranker.record_for(0.6) == {"band": "0.50-0.90", "reports": 40, "right": 0.7, "of": 105}
+    assert ranker.record_for(0.6) == {"band": "0.50-0.90", "reports": 40, "right": 0.7, "of": 105, "percent": 70}
+    # The percent every display quotes comes from the count right, half up: 347 of 375 (stored 0.925) is 93 %,
+    # 37 of 40 (0.925 exactly) too, where round(92.5) would say 92.
+    for n, correct, pct in ((375, 0.925, 93), (40, 0.925, 93), (40, 0.7, 70), (60, 0.95, 95), (21, 0.0, 0)):
+        r = learned.Ranker(track_record={"reports": n, "bins": [{"bin": "0.00-1.00", "n": n, "correct": correct}]})
+        assert r.record_for(0.5)["percent"] == pct, (n, correct)
     assert ranker.record_for(0.9)["band"] == ranker.record_for(1.0)["band"] == "0.90-1.00"
     assert ranker.record_for(0.3) is None  # 5 reports say too little
     assert learned.Ranker().record_for(0.6) is None  # never measured

@@ -149,7 +149,7 @@ def test_paste_submit_read_the_result_in_chromium(server, repo_root):
         rec = want.get("track_record")  # the shipped case base measures it; the page quotes it as the API gives it
         assert rec, "the shipped learned.json carries the out-of-fold track record"
         track = drv.find_element(By.ID, "track").text
-        assert f"({rec['band']}) were right {round(rec['right'] * 100)}%" in track and f"of {rec['of']} " in track
+        assert f"({rec['band']}) were right {rec['percent']}%" in track and f"of {rec['of']} " in track
         # Evidence lines are marked in the paste, and only those.
         lines = drv.find_elements(By.CSS_SELECTOR, "#lines li")
         assert len(lines) == len(PASTE.rstrip("\n").split("\n"))

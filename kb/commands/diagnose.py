@@ -134,7 +134,7 @@ def _print(args, res) -> int:
                    wide=[4]))
     if res.track_record:
         r = res.track_record
-        echo(t("m.track_record", lang, band=r.band, pct=100 * r.right, reports=r.reports, of=r.of))
+        echo(t("m.track_record", lang, band=r.band, pct=r.percent, reports=r.reports, of=r.of))
     for i, d in enumerate(res.diagnoses, 1):
         echo(f"\n{i}. {d.category} ({d.confidence:.2f}) — {d.incident_id or d.title}", style="bold")
         if d.decided_by:

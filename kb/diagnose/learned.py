@@ -565,8 +565,10 @@ class Ranker:
             if lo <= confidence < hi or (hi >= 1.0 and confidence >= hi):
                 if b.get("n", 0) < TRACK_RECORD_MIN or b.get("correct") is None:
                     return None
-                return {"band": b["bin"], "reports": int(b["n"]), "right": float(b["correct"]),
-                        "of": int(self.track_record.get("reports", 0))}
+                n = int(b["n"])
+                right_n = round(float(b["correct"]) * n)  # the share was stored to 3 decimals of a count
+                return {"band": b["bin"], "reports": n, "right": float(b["correct"]),
+                        "of": int(self.track_record.get("reports", 0)), "percent": (200 * right_n + n) // (2 * n)}
         return None
 
     def text_scores(self, text: str) -> TextScores | None:
