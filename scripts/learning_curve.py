@@ -5,7 +5,7 @@
 Each point is `kb eval --cv`'s grouped scheme (5 folds grouped by source thread, the mean of `--draws` fold
 assignments) with every fold's ranker and text classifiers fitted on only a share of its training threads; the test
 folds stay whole, so every point answers the same reports. Share 1 is the headline of `kb eval --cv`. The reading of
-2026-11-24 is in docs/DIAGNOSE.md ("How much would more cases help?").
+2026-12-07 (and of 2026-11-24) is in docs/DIAGNOSE.md ("How much would more cases help?").
 """
 
 from __future__ import annotations
