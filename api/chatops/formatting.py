@@ -103,7 +103,7 @@ def from_diagnosis(diagnosis: Any, lang: str = "en", max_items: int = 3) -> Mess
     labels = LABELS.get(lang, LABELS["en"])
     rec = d.get("track_record")
     if rec:  # how often answers this confident were right on reports kb had not seen
-        notes.append(_clip(labels["track"].format(band=rec.get("band"), pct=rec.get("percent", round(100 * float(rec.get("right", 0)))),
+        notes.append(_clip(labels["track"].format(band=rec.get("band"), pct=rec.get("percent"),
                                                   reports=rec.get("reports"), of=rec.get("of"))))
     return Message(heading=labels["nothing"] if abstained else labels["diagnosis"], lang=lang, items=items,
                    notes=notes, abstained=abstained)

@@ -147,7 +147,7 @@ function render(res, paste) {
   }
   // How often answers this confident were right on reports kb had not seen (out of fold on its case base).
   const rec = res.track_record;
-  if (rec) summary.append(el("div", { id: "track", class: "muted", text: T.track(rec, rec.percent ?? Math.round(rec.right * 100)) }));
+  if (rec) summary.append(el("div", { id: "track", class: "muted", text: T.track(rec, rec.percent) }));
 
   const qs = res.questions || res.differential_questions || res.differential || [];
   $("questions").hidden = !qs.length;

@@ -295,7 +295,7 @@ def _case_views(kb: Diagnoser, cases: list, index, text_of: Callable[[Any], str]
     from kb.diagnose.engine import query_view
 
     rows = []
-    names = learned.tool_names(cases)  # read out of the text the classifiers see (a name unseen in training weighs 0)
+    names = learned.tool_names(cases)  # read out of the text the classifiers see, as the shipped ones read it
     for c in cases:
         text = text_of(c) if text_of is not None else c.query()
         inputs = [("text", text)]

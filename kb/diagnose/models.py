@@ -62,7 +62,7 @@ class TrackRecord(BaseModel):
     of: int  # reports measured in all (`kb eval --cv`, first fold assignment)
     # The share in whole percent, half up, from the count answered right: what every display quotes (the CLI, the
     # page and the bots once rounded 0.925 of 375 three ways: 92 % and 93 %; 347 of 375 is 92.53 %, so 93 %).
-    percent: int = 0
+    percent: int
 
 
 class Diagnosis(BaseModel):
