@@ -64,7 +64,7 @@ FACTS: tuple[FactSpec, ...] = (
     # --- lengths ---------------------------------------------------------------------------------------
     FactSpec("max_length", "int",
              ("max_length", "max_len", "cutoff_len", "max_seq_len", "max_seq_length", "model_max_length",
-              "seq_length", "max_sequence_length", "data.max_length"),
+              "seq_length", "max_sequence_length", "data.max_length", "sequence_len", "seq_len"),
              "maximum total sequence length"),
     FactSpec("max_prompt_length", "int", ("max_prompt_length", "max_prompt_len", "prompt_max_len", "data.max_prompt_length"),
              "maximum prompt length"),
@@ -106,7 +106,8 @@ FACTS: tuple[FactSpec, ...] = (
                                   "disabled": "eager", **dict.fromkeys(SWITCH_OFF)}),
     FactSpec("shift_attn", "bool", ("shift_attn", "s2_attn", "use_s2_attn"), "LongLoRA shifted sparse attention"),
     FactSpec("model", "str", ("model", "model_name_or_path", "pretrain", "model_type", "model_id",
-                              "actor_rollout_ref.model.path", "base_model"), "model name or path"),
+                              "actor_rollout_ref.model.path", "base_model", "model_name",
+                              "pretrained_model_name_or_path", "hf_checkpoint"), "model name or path"),
     FactSpec("finetuning_type", "str", ("finetuning_type", "train_type", "sft_type", "tuner_type"),
              "full / lora / qlora"),
     FactSpec("use_peft", "bool", ("use_peft", "use_lora", "lora"), "PEFT adapters"),
@@ -282,12 +283,23 @@ def normalise_value(key: str, value: Any) -> Any:
     if s.kind == "float":
         return parse_number(value)
     # "attn_implementation flash_attention_2." in a sentence: the full stop ends the sentence, not the value
-    text = re.sub(r"(?<=\w)[.,;:。，；：]$", "", str(value).strip().strip("'\""))
+    text = re.sub(r"(?<=\w)[.,;:。，；：]$", "", str(value).strip().strip("'\"`"))
+    if key == "model":
+        # "model: modelscope上的chatglm3-6b-32k的权重": the name among the words; `LlamaForCausalLM.from_pretrained`
+        # is the class that loads it, not the model
+        if re.search(r"[\u3000-\u9fff\uff00-\uffef]", text):
+            names = [t for t in re.findall(r"[A-Za-z0-9][A-Za-z0-9_./:-]*", text) if re.search(r"[A-Za-z]", t)
+                     and re.search(r"[\d/-]", t)]
+            text = max(names, key=len) if names else ""
+        if not text or re.search(r"\.from_pretrained$|^(?:Auto)?\w*For(?:CausalLM|Conditional\w*|Seq\w*)$", text) \
+                or re.fullmatch(r"(?:get|load|build|create|init|path_to)_[a-z_]+|[a-z_]*_(?:model|path|name|dir)|"
+                                r"model_[a-z_]+|[a-z_]+\.[a-z_.]+", text):
+            return None  # ... and `get_peft_model`, `model_name`, `args.model_name_or_path` are code, not a model
     if key == "gpu":
         # `GPU: NVIDIA GeForce RTX 3060 Laptop GPU | Peak FLOPS (BF16): inf`, `GPU: nVidia A6000 (the Ampere one)`:
         # the model's name, not the rest of the line
         m = GPU_NAME.search(text)
-        return re.sub(r"\s+", " ", m.group("gpu")) if m else re.split(r"\s+[|(]", text)[0]
+        return gpu_name(m.group("gpu")) if m else re.split(r"\s+[|(]", text)[0]
     if s.kind == "dtype":
         return _DTYPE.get(text.lower())
     if key == "attn_implementation":
@@ -360,7 +372,7 @@ FRAMEWORKS: dict[str, tuple[str, ...]] = {
 }
 
 ALGORITHMS: dict[str, tuple[str, ...]] = {
-    "SFT": ("sft", "supervised fine-tuning", "指令微调", "监督微调"),
+    "SFT": ("sft", "supervised fine-tuning", "supervised finetuning", "指令微调", "监督微调"),
     "DPO": ("dpo", "direct preference optimization", "直接偏好优化"),
     "KTO": ("kto", "kahneman-tversky"),
     "SimPO": ("simpo",),
@@ -624,11 +636,26 @@ MODEL_NAMES = {
 MODEL_NAMES_NEED_VERSION = {"glm", "yi", "phi", "opt", "bloom", "falcon"}
 
 # GPU names in env dumps and prose; the ones without bf16 support make fp16 the only half precision.
-GPU_MODELS = (r"V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A6000|L40S?|L4|A40|"
-              r"(?:RTX|GeForce(?: RTX)?)\s?[2345]0[6789]0(?:\s?Ti)?|910B\w*|MI\d{3}X?|TITAN\s?V|GTX\s?1080")
-GPU_NAME = re.compile(rf"\b(?P<gpu>{GPU_MODELS})\b")
+GPU_MODELS = (r"V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A6000|L40S?|L4|L20|A40|GB[23]00|GH200|B[12]00|"
+              r"(?i:[ahv]100|[ah]800)|"  # typed in lower case: "2 a800 GPU"
+              r"(?:RTX|GeForce(?: RTX)?)\s?[2345]0[6789]0(?:\s?Ti)?|(?:Ascend\s?)?910B[A-Za-z0-9]*|MI\d{3}X?|TITAN\s?V|GTX\s?1080")
+# ASCII boundaries: in "在A100上训练" the name sits between Chinese characters, which `\b` counts as word characters.
+# A bare "4090" counts only after a count of cards ("2张4090", "8*4090") or before "显卡" / "GPU": step counters
+# and sample counts look the same.
+GPU_NAME = re.compile(rf"(?<![A-Za-z0-9_])(?P<gpu>{GPU_MODELS}|(?:(?<=[张块卡台*×xX])|(?<=[张块卡台*×xX]\s))[2345]0[6789]0(?:\s?Ti|D)?|"
+                      rf"[2345]0[6789]0(?:\s?Ti|D)?(?=\s?(?:显卡|GPU)))(?![A-Za-z0-9_])")
 # (A bare "3090" is not enough: step counters and sample counts look the same.)
 GPU_WITHOUT_BF16 = re.compile(r"V100|T4|P100|P40|TITAN\s?V|1080|20[6789]0", re.IGNORECASE)
+
+
+def gpu_name(raw: str) -> str:
+    """One spelling per card: "a800" -> "A800", "Ascend910B2C" -> "910B2C", a bare "4090" after a count of cards ->
+    "RTX 4090"."""
+    name = re.sub(r"^Ascend ?", "", re.sub(r"\s+", " ", raw.strip()))  # "Ascend910B2C" -> "910B2C"
+    if re.fullmatch(r"[ahv]\d{3}", name):
+        return name.upper()
+    return f"RTX {name}" if re.fullmatch(r"[2345]0[6789]0(?: ?Ti|D)?", name) else name
+
 
 # The question that settles a fact, in both languages (differential diagnosis asks the 1-3 that separate the
 # candidates most); `options` are the answers that matter.

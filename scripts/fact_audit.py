@@ -59,7 +59,7 @@ def _same_algorithm(recorded: str, read) -> bool:
 
 
 def _gpu(name: str) -> str:
-    return re.sub(r"\s+|geforce|nvidia", "", name.lower())
+    return re.sub(r"\s+|geforce|nvidia|ascend", "", name.lower())
 
 
 def _evidence(facts, key: str) -> str:

@@ -523,6 +523,9 @@ def test_fix_context_is_not_the_failing_setting():
 
 def test_output_collapse_and_sequence_parallel_prose():
     assert values("the output is filled with exclamation marks")["output_collapse"] is True
+    assert values("completion 的采样结果全部为“！”，如下图")["output_collapse"] is True  # quoted, full width
+    assert values("生成的内容是！！！！！！")["output_collapse"] is True
+    assert "output_collapse" not in values("训练完成了！效果不错！")
     assert values("for ring-attn during sft phase")["sequence_parallel"] is True
 
 
@@ -674,6 +677,11 @@ def test_space_separated_metric_lines():
     # a sentence first, then the log: the sentence's place is no step, the table's counter is
     (("ZeRO-2 full fine-tuning on AMD GPUs: grad_norm NaN and loss 0 after a few steps\n| step | loss |\n|---|---|\n"
      "| 38 | 1.5178 |\n| 39 | NaN |"), 39, "loss"),
+    # the reference DPO trainer's stats line counts examples and updates: the updates are the step
+    (("train stats after 160736 examples: {'rewards_train/chosen': '0.31', 'loss/train': '0.62', 'grad_norm': '3.1', "
+      "'counters/examples': 160736, 'counters/updates': 5023}\n"
+      "train stats after 160768 examples: {'rewards_train/chosen': 'nan', 'loss/train': 'nan', 'grad_norm': 'nan', "
+      "'counters/examples': 160768, 'counters/updates': 5024}"), 5024, "grad_norm"),
 ])
 def test_the_logs_own_step_counter_is_the_step(log, step, metric):
     f = extract_facts(log)
@@ -1003,3 +1011,125 @@ def test_a_zero_gradient_norm_named_in_chinese_is_no_gradient():
 ])
 def test_an_attention_kernel_named_before_the_rest_of_a_sentence(text, kernel):
     assert values(text)["attn_implementation"] == kernel
+
+
+@pytest.mark.parametrize(("text", "stage"), [
+    ("SFT 全参数微调，开启 deepspeed 报错；设置z2则第二个step开始之后grad_norm就是nan", 2),  # LLaMA-Factory's shorthand
+    ("deepspeed z3 offload, loss nan", 3),
+    ("deepspeed with zero3.json: loss nan", 3),
+    ("deepspeed installed; the weights are in /data/z2/model and loss is nan", None),  # a path, not a stage
+    ("z2 loss nan", None),  # no DeepSpeed named: "z2" alone says nothing
+])
+def test_a_zero_stage_said_as_shorthand(text, stage):
+    assert values(text).get("zero_stage") == stage
+
+
+def test_a_namespaced_length_metric_is_no_length_limit():
+    # ms-swift / TRL GRPO log lines: the longest completion sampled, not max_length
+    f = values("{'loss': 0.0, 'grad_norm': 0.0, 'completions/mean_length': 357.5, 'completions/max_length': 401.75}")
+    assert "max_length" not in f and "zero_grad" in f["symptom"]
+    assert values("max_length: 4096\n'completions/max_length': 401.75")["max_length"] == 4096
+
+
+def test_a_launcher_scripts_own_variables_are_read_through():
+    script = ("MODEL_PATH=/nas/llm_weights/qwen2.5-7b-it\nexport LR=4e-7\nMIN_BS_PER_GPU=16\n"
+              "poetry run python -m verl.trainer.main_ppo \\\n    algorithm.adv_estimator=grpo \\\n"
+              "    actor_rollout_ref.model.path=$MODEL_PATH \\\n    actor_rollout_ref.actor.optim.lr=${LR} \\\n"
+              "    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=$MIN_BS_PER_GPU \\\n"
+              "    actor_rollout_ref.actor.grad_clip=1.0")
+    f = values(script)
+    assert f["model"] == "/nas/llm_weights/qwen2.5-7b-it" and f["learning_rate"] == 4e-7
+    assert f["micro_batch_size"] == 16 and f["framework"] == "verl"  # `poetry run` wraps the launcher
+    # a variable the paste never sets is a name, not a value
+    f = values("swift sft --model $model_id_or_path --torch_dtype float32 --train_type full")
+    assert "model" not in f and f["weights_dtype"] == "fp32"
+
+
+def test_grad_norms_in_the_plural():
+    assert values("I found that the actor grad norms were always NaN.")["nan_metrics"] == ["grad_norm"]
+
+
+# --- raw thread openings read on 2026-12-07 (issue 11: facts from real pastes) -----------------------------------
+@pytest.mark.parametrize(("text", "key", "value"), [
+    # a feature's name inside a setting's name says nothing; its value does
+    ("ulysses_sequence_parallel_size: 1", "sequence_parallel", None),
+    ("ulysses_sequence_parallel_size: 4", "sequence_parallel", True),
+    ("--context_parallel_size 1", "sequence_parallel", None),
+    # a warmup's logged learning rate is not the setting: the highest one logged stands for it, 0.0 never does
+    ("{'loss': 2.1, 'learning_rate': 4e-07, 'epoch': 0.01}\n{'loss': nan, 'learning_rate': 2.4e-06, 'epoch': 0.02}",
+     "learning_rate", 2.4e-06),
+    ("{'loss': 2.7584, 'grad_norm': 12.1, 'learning_rate': 0.0, 'epoch': 0.0}", "learning_rate", None),
+    ("learning_rate: 1e-4\n{'loss': 2.7, 'learning_rate': 3e-08, 'epoch': 0.0}", "learning_rate", 1e-4),
+    # a metric's name is ASCII: the Chinese words before it are not part of it
+    ("使用cuda bf16訓練總是出現loss': 0.0, 'grad_norm': nan", "zero_metrics", ["loss"]),
+    ("grad norm nan，loss 0.0", "nan_metrics", ["grad_norm"]),
+    ("llama3-llava-next-8b FT的时候grad norm nan，loss 0.0", "nan_metrics", ["grad_norm"]),
+    # NaN said in words
+    ("(WorkerDict pid=9092) WARN: grad_norm is not finite: nan", "nan_metrics", ["grad_norm"]),
+    ("AssertionError: Rank 3: found NaN in local grad norm in backwards pass", "nan_metrics", ["grad_norm"]),
+    ("训练到六百多步，报Nan grad norm occurs", "nan_metrics", ["grad_norm"]),
+    ("[bug] loss always be nan when sft", "nan_metrics", ["loss"]),
+    ("grad_norm总是nan，loss=0", "zero_metrics", ["loss"]),
+    # a link to another thread names that thread's repository, not this run's framework
+    ("does someone has similar issues like https://github.com/volcengine/verl/issues/2626", "framework", None),
+    ("I run https://github.com/hiyouga/LLaMA-Factory/blob/main/examples/train_lora/x.yaml", "framework",
+     "LLaMA-Factory"),
+    # a release named in a sentence is not the one installed; the `transformers env` torch line is
+    ("it should have been resolved with transformers>=4.47. So I guess this is something else.",
+     "transformers_version", None),
+    ("transformers>=4.40", "transformers_version", "4.40"),
+    ("- PyTorch version (GPU?): 2.1.0+cu121 (True)", "torch_version", "2.1.0+cu121"),
+    # a logged metric's path is bookkeeping; a script's path names the algorithm
+    ("step:34 - actor/ppo_kl:-8.16e-06 - actor/pg_loss:nan", "algorithm", None),
+    ("python examples/scripts/reward_modeling.py", "algorithm", "RM"),
+    # the checkpoint a run starts from is no pretraining run
+    ("用的预训练模型是 qwen2-7b，微调时 loss nan", "algorithm", None),
+    ("the pre-training model I'm using is llama2-chinese-7b-chat", "algorithm", None),
+    ("增量预训练 loss nan", "algorithm", "pretrain"),
+    ("after the Stage 1 - Supervised Finetuning, loss nan", "algorithm", "SFT"),
+    # a model's name among Chinese words; the class that loads it is none
+    ("model: modelscope上的chatglm3-6b-32k的权重", "model", "chatglm3-6b-32k"),
+    ("model = LlamaForCausalLM.from_pretrained(model_name, torch_dtype=torch.float16)", "model", None),
+    ("model = get_peft_model(model, config)", "model", None),
+    ("--model_name_or_path path_to_llama_model", "model", None),
+    ("--model_type mimo_vl", "model", "mimo_vl"),
+    ("model_name = model_args.model_name_or_path", "model", None),
+    ('model_name="unsloth/gemma-2-2b-it-bnb-4bit"', "model", "unsloth/gemma-2-2b-it-bnb-4bit"),
+    ("--hf-checkpoint /root/Qwen3-235B-A22B-Thinking-2507", "model", "/root/Qwen3-235B-A22B-Thinking-2507"),
+    ("sequence_len: 8192", "max_length", 8192),  # axolotl's name for it
+    ("Starts at 15.3 loss and is spikey as all hell.", "spike_metrics", ["loss"]),
+    ("--deepspeed `zero3-offload`", "deepspeed_config", "zero3-offload"),
+    # argparse defaults are values, not switches
+    ("parser.add_argument('--max_seq_len', default=512, type=int)", "max_length", 512),
+    ('parser.add_argument("--batch_size", type=int, default=32, help="batch size")', "micro_batch_size", 32),
+    ('parser.add_argument("--dtype", type=str, default="bfloat16", help="混合精度类型")', "precision", "bf16"),
+    ("accumulative_counts = 32*4", "gradient_accumulation_steps", 128),
+    # GPUs named between Chinese characters, in lower case, by count of cards
+    ("在A100上训练 loss nan", "gpu", "A100"),
+    ("机器配置 ：2张4090", "gpu", "RTX 4090"),
+    ("on 8*4090", "gpu", "RTX 4090"),
+    ("NPU 910B训练loss异常", "gpu", "910B"),
+    ("Ascend910B2C NPU", "gpu", "910B2C"),
+    ("2 a800 GPU", "gpu", "A800"),
+    ("on GB300", "gpu", "GB300"),
+    ("step 4090 loss nan", "gpu", None),
+    # an option of the issue form left unticked
+    (("- [ ] One of the scripts in the examples/ folder of Accelerate or an officially supported `no_trainer` "
+      "script in the `examples` folder of the `transformers` repo"), "framework", None),
+    # a script's accumulator and a loss term's weight are no loss at 0
+    ("    total_loss = 0", "symptom", None),
+    ("weight_soft_loss: 0\nweight_hard_loss: 1", "symptom", None),
+    # the first bad step, said in words
+    ("getting nan loss at step=4", "first_bad_step", 4),
+    ("it always output nan when it comes to step 152", "first_bad_step", 152),
+    ("训练到 step 205 左右出现 nan", "first_bad_step", 205),
+    # names next to Chinese characters
+    ("Qwen3-vl-8B-instruct lora微调时 grad_norm为Nan", "use_peft", True),
+    ("用sdpa训练loss nan", "attn_implementation", "sdpa"),
+    ("用deepspeed zero2训练", "zero_stage", 2),
+    ("export CUDA_VISIBLE_DEVICES=1,2,3,4,5,6,7\npython train.py", "num_gpus", 7),
+    # the upgrade did not help: nothing about a release
+    ("升级到最新版本还是有这个问题：ms_swift==3.6.0.dev0", "version_evidence", None),
+])
+def test_raw_thread_openings(text, key, value):
+    assert values(text).get(key) == value

@@ -539,7 +539,8 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
     # never mentioned for a sequence-parallel answer) is named on resemblance alone: ask for what would confirm it.
     unconfirmed = best in by_cat and best != learned.FRAMEWORK_BUG and not by_cat[best].fired
     if out.route != "mechanism" or overridden or unsettled or unconfirmed:
-        out.questions = differential_questions(facts, [lab for lab in shown[:3]], by_cat, lang, probs=prob)
+        out.questions = differential_questions(facts, [lab for lab in shown[:3]], by_cat, lang, probs=prob,
+                                               confirm=best if unconfirmed else None)
     return out
 
 
@@ -547,13 +548,15 @@ SPLIT_WORTH_ASKING = 0.1  # the least share of the candidates' probability a new
 
 
 def differential_questions(facts: Facts, candidates: list[str], by_cat: dict[str, Candidate], lang: str,
-                           limit: int = 3, probs: dict[str, float] | None = None) -> list[Question]:
+                           limit: int = 3, probs: dict[str, float] | None = None,
+                           confirm: str | None = None) -> list[Question]:
     """The 1-3 unknown facts on which the candidates' triggers differ most, as questions in the user's language.
 
     A fact that some candidates reason about and others do not splits them in two; the split closest to even in
     the candidates' probabilities (`probs`; equal without) comes first, and of splits equally even, the one about
     the more probable side: what would confirm or rule out the leading candidate before what separates two
-    unlikely ones."""
+    unlikely ones. With `confirm` (a leader named on resemblance alone), a fact one of its triggers requires comes
+    first: the question whose answer would make it fire (sequence_parallel_size for a sequence-parallel answer)."""
     from kb.canonical import QUESTIONS
 
     uses: dict[str, set[str]] = {}
@@ -587,6 +590,11 @@ def differential_questions(facts: Facts, candidates: list[str], by_cat: dict[str
     first = [k for k in ranked if min(side(k), 1.0 - side(k)) >= SPLIT_WORTH_ASKING
              and frozenset(uses[k]) not in seen and not seen.add(frozenset(uses[k]))]
     ranked = first + [k for k in ranked if k not in first]
+    if confirm in by_cat:
+        needed = [c.fact for t in by_cat[confirm].incident.triggers for c in t.all]
+        lead = next((k for k in ranked if k in needed), None)
+        if lead is not None:
+            ranked = [lead] + [k for k in ranked if k != lead]
     out = []
     for key in ranked[:limit]:
         en, zh, options = QUESTIONS[key]

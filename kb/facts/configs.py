@@ -30,6 +30,8 @@ _BLOCK_OPEN = re.compile(r"^[ \t]*(?:-[ \t]+)?[\"']?(?P<k>[A-Za-z_][\w.\-/]*)[\"
                          r"(?:(?:\{|dict\()[ \t]*)?(?:#.*)?$")
 _INLINE_KV = re.compile(r"(?<![\w.\-])(?P<k>[A-Za-z_][\w.]*)\s*(?<![=!<>])=(?!=)\s*"
                         r"(?P<v>\"[^\"]*\"|'[^']*'|torch\.\w+|[^\s,()\[\]{}，）（；。、]+)")
+_ADD_ARGUMENT = re.compile(r"add_argument\(\s*['\"]--?(?P<k>[A-Za-z][\w.\-]*)['\"](?:[^)\n]*?\bdefault\s*=\s*"
+                           r"(?P<v>\"[^\"\n]*\"|'[^'\n]*'|[^,)\s]+))?")
 _FLAG = re.compile(r"(?<![\w\-])--(?P<k>[A-Za-z][\w.\-]*)(?:[ =](?P<v>(?!--)[^\s\\]+))?")
 _PROSE_KV = re.compile(r"(?<![\w\-])(?P<k>[A-Za-z]+_[A-Za-z_]+)\s*(?:设置为|设为|为|is|of|set to|[:=])?\s*"
                        r"(?P<v>[A-Za-z0-9][\w.\-]*)")
@@ -41,6 +43,42 @@ _AUTOCAST = re.compile(r"autocast\([^)]*dtype\s*=\s*torch\.(?P<d>float16|half|bf
 _LAUNCHERS = ("swift", "deepspeed", "torchrun", "accelerate", "python", "python3", "llamafactory-cli", "xtuner",
               "trl", "bash", "sh", "srun", "ray", "openrlhf", "colossalai", "tune", "axolotl")
 _ENV_ASSIGN = re.compile(r"^[A-Z_][A-Z0-9_]*=\S*$")
+_WRAPPERS = {"nohup": 1, "exec": 1, "time": 1, "poetry": 2, "uv": 2, "pipenv": 2}  # `poetry run python -m ...`
+
+
+def _unwrap(toks: list[str], i: int = 0) -> int:
+    """The index of the launcher after `nohup` / `poetry run` / `uv run` prefixes."""
+    while i < len(toks) and toks[i].lower() in _WRAPPERS:
+        skip = _WRAPPERS[toks[i].lower()]
+        if skip == 2 and (i + 1 >= len(toks) or toks[i + 1].lower() != "run"):
+            break
+        i += skip
+    return i
+
+
+# A launcher script's own variables: `MODEL_PATH=/nas/qwen2.5-7b-it` or `export LR=4e-7` on a line of its own, used
+# later as `--model $MODEL_PATH` / `optim.lr=${LR}`.
+_SHELL_ASSIGN = re.compile(r"^[ \t]*(?:export[ \t]+)?(?P<k>[A-Za-z_]\w*)=(?P<v>\"[^\"$`]*\"|'[^']*'|[^\s$`;&|]+)[ \t]*$")
+_EXPORTED_GPUS = re.compile(r"^[ \t]*(?:export[ \t]+)?(NPROC_PER_NODE|CUDA_VISIBLE_DEVICES)=[\"']?([\d,]+)[\"']?[ \t]*$")
+_SHELL_REF = re.compile(r"\$(?:\{(?P<b>[A-Za-z_]\w*)\}|(?P<p>[A-Za-z_]\w*))")
+
+
+def shell_variables(lines: list[tuple[int, str]]) -> dict[str, str]:
+    """The paste's own `NAME=value` assignments (the last one wins), to read `$NAME` in its commands."""
+    out: dict[str, str] = {}
+    for _, s in lines:
+        if "=" in s and len(s) < 500:
+            m = _SHELL_ASSIGN.match(s)
+            if m:
+                out[m.group("k")] = m.group("v").strip("'\"")
+    return out
+
+
+def _expand(v: str, shell: dict[str, str]) -> str:
+    """`$NAME` / `${NAME}` replaced by the paste's own value; one that stays unknown is left for _set_config to drop."""
+    return _SHELL_REF.sub(lambda m: shell.get(m.group("b") or m.group("p")) or m.group(0), v) if "$" in v else v
+
+
 _SCRIPT_ALGO = re.compile(r"(?:^|[/_\-])(sft|dpo|kto|orpo|simpo|cpo|ipo|ppo|grpo|rm|reward_modeling|reward|pretrain|"
                           r"pretraining|pt)(?:[_\-.]|$)", re.IGNORECASE)
 _DS_STAGE = re.compile(r"(?:zero|z|stage)[_\-]?([0-3])(?!\d)", re.IGNORECASE)
@@ -77,6 +115,7 @@ def _clean_value(v: str) -> str:
 
 _NEXT_SETTING = re.compile(r"(?<=\s)[+~]?[A-Za-z_][\w.\-]*[ \t]*[=:]")
 _CALL_VALUE = re.compile(r"^[A-Za-z_][\w.]*\(")
+_PRODUCT = re.compile(r"^(\d{1,6})\s*(?:\*\s*(\d{1,6})|[*/+\-]\s*[\w.(])\s*(?:#.*)?$")
 
 
 def _line_value(v: str, sep: str) -> str | None:
@@ -95,6 +134,9 @@ def _line_value(v: str, sep: str) -> str | None:
         return v[1:end] if end > 0 else _clean_value(v)
     if _CALL_VALUE.match(v):
         return None
+    m = _PRODUCT.match(v)
+    if m:  # `accumulative_counts = 32*4`: the product; any other arithmetic is not read
+        return str(int(m.group(1)) * int(m.group(2))) if m.group(2) else None
     if sep == "=" or _NEXT_SETTING.search(v):
         return re.split(r"[\s,()]", v, maxsplit=1)[0]
     return _clean_value(v)
@@ -102,6 +144,8 @@ def _line_value(v: str, sep: str) -> str | None:
 
 def _set_config(facts: Facts, raw_key: str, raw_value: Any, n: int, detail: str, source: str, kind: str = "config",
                 fix: bool = False) -> str | None:
+    if isinstance(raw_value, str) and _SHELL_REF.search(raw_value):
+        return None  # `--model $MODEL_PATH` with no MODEL_PATH= in the paste: a name, not the setting's value
     got = canonical(raw_key, raw_value)
     if got is None:
         return None
@@ -337,8 +381,9 @@ def _variable_argument(s: str, m: re.Match) -> bool:
     return before.count("(") > before.count(")")
 
 
-def inline(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
+def inline(lines: list[tuple[int, str]], facts: Facts, source: str, shell: dict[str, str] | None = None) -> None:
     """`key=value` inside Python calls and prose, `--flag value` fragments, `model.half()`, autocast."""
+    shell = shell or {}
     for i, (n, s) in enumerate(lines):
         for m in _INLINE_KV.finditer(s):
             if s[m.end():m.end() + 1] == "(":  # `model = AutoModel.from_pretrained(`: a call, not a value
@@ -346,12 +391,19 @@ def inline(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             if _variable_argument(s, m):  # `Trainer(model=model, args=training_args)`: names, not settings
                 continue
             if canonical_key(m.group("k")) or m.group("k").lower() in ("fp16", "bf16", "half"):
-                _set_config(facts, m.group("k"), _clean_value(m.group("v")), n, s.strip(), source,
+                _set_config(facts, m.group("k"), _expand(_clean_value(m.group("v")), shell), n, s.strip(), source,
                             fix=said_as_fix(s, m.start(), m.end()))
+        if "add_argument" in s:
+            # argparse: `parser.add_argument("--max_seq_len", type=int, default=512)` is the script's default (a
+            # command line's flag, kind "config", still wins); the flag's name alone is no switch turned on
+            m = _ADD_ARGUMENT.search(s)
+            if m and m.group("v") is not None:
+                _set_config(facts, m.group("k"), _clean_value(m.group("v")), n, s.strip(), source, kind="text")
+            continue
         if "--" in s:
             for m in _FLAG.finditer(s):
                 v = m.group("v")
-                _set_flag(facts, m.group("k"), _clean_value(v) if v else "true", n, s.strip(), source,
+                _set_flag(facts, m.group("k"), _expand(_clean_value(v), shell) if v else "true", n, s.strip(), source,
                           fix=said_as_fix(s, m.start(), m.end()))
         for m in _PROSE_KV.finditer(s):
             if canonical_key(m.group("k")) and not re.search(r"[:=]\s*$", s[: m.start()]):
@@ -393,6 +445,7 @@ def logical_commands(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
         i = 0
         while i < len(toks) and _ENV_ASSIGN.match(toks[i]):
             i += 1
+        i = _unwrap(toks, i)
         if i < len(toks) and (toks[i].lower() in _LAUNCHERS or toks[i].endswith(".py") or toks[i].endswith(".sh")):
             out.append((start, joined))
     if buf:
@@ -400,8 +453,9 @@ def logical_commands(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
     return out
 
 
-def command(n: int, cmd: str, facts: Facts, source: str) -> None:
+def command(n: int, cmd: str, facts: Facts, source: str, shell: dict[str, str] | None = None) -> None:
     detail = cmd if len(cmd) < 300 else cmd[:297] + "…"
+    shell = shell or {}
     try:
         toks = shlex.split(cmd, comments=False)
     except ValueError:
@@ -410,6 +464,7 @@ def command(n: int, cmd: str, facts: Facts, source: str) -> None:
     while toks and _ENV_ASSIGN.match(toks[0]):
         k, _, v = toks.pop(0).partition("=")
         env[k] = v
+    del toks[:_unwrap(toks)]
     if "NPROC_PER_NODE" in env:
         _set_config(facts, "nproc_per_node", env["NPROC_PER_NODE"], n, detail, source)
     elif env.get("CUDA_VISIBLE_DEVICES"):
@@ -469,19 +524,26 @@ def command(n: int, cmd: str, facts: Facts, source: str) -> None:
             else:
                 k, v = t[2:], "true"
                 i += 1
-            _set_flag(facts, k, _clean_value(v), n, detail, source)
+            _set_flag(facts, k, _expand(_clean_value(v), shell), n, detail, source)
             continue
         if "=" in t and not t.startswith("-"):
             k, v = t.split("=", 1)
             if re.fullmatch(r"[+~]?[A-Za-z_][\w.]*", k):
-                _set_config(facts, k.lstrip("+~"), _clean_value(v), n, detail, source)
+                _set_config(facts, k.lstrip("+~"), _expand(_clean_value(v), shell), n, detail, source)
         i += 1
 
 
 def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     text = "\n".join(s for _, s in lines)
     whole_json(text, lines, facts, source)
+    shell = shell_variables(lines)
     for n, cmd in logical_commands(lines):
-        command(n, cmd, facts, source)
+        command(n, cmd, facts, source, shell)
+    for n, s in lines:  # `export CUDA_VISIBLE_DEVICES=1,2,3` on a line of its own, before the launcher
+        m = _EXPORTED_GPUS.match(s) if "_" in s else None
+        if m and m.group(1) == "NPROC_PER_NODE":
+            _set_config(facts, "nproc_per_node", m.group(2), n, s.strip(), source)
+        elif m and "num_gpus" not in facts and re.fullmatch(r"\d+(?:,\d+)*", m.group(2)):
+            facts.set("num_gpus", len(m.group(2).split(",")), "config", n, s.strip(), source)
     structured(lines, facts, source)
-    inline(lines, facts, source)
+    inline(lines, facts, source, shell)

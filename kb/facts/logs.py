@@ -14,6 +14,7 @@ from kb.canonical import (
     GPU_WITHOUT_BF16,
     HUGE_VALUE,
     canonical_package,
+    gpu_name,
     is_grad_norm,
     is_limit_name,
     is_loss_like,
@@ -24,12 +25,12 @@ from kb.facts.prefilter import Haystack
 # --- metric lines -----------------------------------------------------------------------------------------
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+)|[-+]?nan|[-+]?inf(?:inity)?"
 # Keys start at a word boundary (the look-behind), so a long run of word characters is scanned once, not once per
-# position.
-_PAIR = re.compile(r"(?<![\w/.\-])['\"]?(?P<k>[A-Za-z_][\w/.\-]*)['\"]?\s*[:=]\s*(?:tensor\()?['\"]?(?P<v>" + _NUM + r")(?![\w.])",
+# position. Keys are ASCII: in "使用bf16訓練總是出現loss': 0.0" the key is "loss", not the Chinese words before it.
+_PAIR = re.compile(r"(?<![A-Za-z0-9_/.\-])['\"]?(?P<k>[A-Za-z_][A-Za-z0-9_/.\-]*)['\"]?\s*[:=]\s*(?:tensor\()?['\"]?(?P<v>" + _NUM + r")(?![\w.])",
                    re.IGNORECASE)
 # "step 10 loss 3.2, step 20 loss nan": name and number separated by spaces only; read only when a line has
 # no `k: v` / `k=v` pairs, and only for names that look like metrics (prose like "after 100 iterations" is not).
-_LOOSE_PAIR = re.compile(r"(?<![\w./\-])(?P<k>[A-Za-z_][\w/.\-]*)\s+(?P<v>" + _NUM + r")(?![\w.])", re.IGNORECASE)
+_LOOSE_PAIR = re.compile(r"(?<![A-Za-z0-9_./\-])(?P<k>[A-Za-z_][A-Za-z0-9_/.\-]*)\s+(?P<v>" + _NUM + r")(?![\w.])", re.IGNORECASE)
 _SPACE_PAIR = re.compile(r"^\s*(?P<k>[A-Za-z_][\w/.\-]*)(?:[ \t]*[:=][ \t]*|[ \t]+)(?P<v>" + _NUM + r")\s*$",
                          re.IGNORECASE)
 # (the short names as whole parts of a key: "actor/kl_loss", "train/lr", not "already" or "clipped")
@@ -38,7 +39,8 @@ _METRIC_WORD = re.compile(r"loss|norm|reward|(?<![a-z])(?:kl|lr|ppl)(?![a-z])|ac
                           r"iter(?:ation)?s?(?![a-z])", re.IGNORECASE)
 _DEVICES = {"cuda", "npu", "xpu", "mps", "cpu", "hpu"}  # "device='cuda:0'" is no metric
 _STEP_KEYS = {"step", "global_step", "steps", "iter", "iteration", "train/global_step", "training/global_step",
-              "global_steps", "update", "timestep"}
+              "global_steps", "update", "timestep", "updates", "num_updates", "counters/updates", "trainer/global_step",
+              "train/step"}  # fairseq's num_updates, the reference DPO trainer's counters/updates
 _TQDM_STEP = re.compile(r"\b(\d+)/(\d+)\s*\[")
 # A progress counter that names itself: Megatron's "iteration      120/  100000", XTuner / mmengine's
 # "Iter(train) [ 120/3000]", ms-swift's "'global_step/max_steps': '45/380'", "Step 45/380".
@@ -53,8 +55,9 @@ _LEAD_STEP = re.compile(r"^\W{0,3}(?:global[ _])?(?:step|iter(?:ation)?|batch)\s
 # Megatron names some metrics in two words ("lm loss: NAN | grad norm: nan | loss scale: 1.0"), so do hand-written
 # loops ("Train Loss: nan, Val Loss: nan", "Grad Norm: inf"); joined with "_" they read like the one-word names of
 # other trainers, and a training / evaluation loss named so is the trainers' `loss` / `eval_loss`.
-_TWO_WORDS = re.compile(r"\b(lm|grad|params|loss|learning|num|mtp|moe|z|load[ _]balancing|train(?:ing)?|eval(?:uation)?|"
-                        r"val(?:id|idation)?|test)\s+(loss|norm|scale|rate|zeros)(?=\s*:)", re.IGNORECASE)
+_TWO_WORDS = re.compile(r"(?<![A-Za-z0-9_])(lm|grad|params|loss|learning|num|mtp|moe|z|load[ _]balancing|train(?:ing)?|eval(?:uation)?|"
+                        r"val(?:id|idation)?|test)\s+(loss|norm|scale|rate|zeros)(?=\s*:|\s+(?:[-+]?nan|[-+]?inf|[-+]?\.?\d)\b)",
+                        re.IGNORECASE)  # "grad norm: nan", and "grad norm nan，loss 0.0" with no colon
 _SPLIT_NAMES = {"train": "loss", "training": "loss", "eval": "eval_loss", "evaluation": "eval_loss", "val": "eval_loss",
                 "valid": "eval_loss", "validation": "eval_loss", "test": "eval_loss"}
 
@@ -193,7 +196,8 @@ def parse_metric_records(lines: list[tuple[int, str]]) -> list[Record]:
         pairs = [(m.group("k").lower(), m.group("v")) for m in _PAIR.finditer(joined) if m.group("k").lower() not in _DEVICES]
         loose = not pairs
         if loose:
-            pairs = [(m.group("k").lower(), m.group("v")) for m in _LOOSE_PAIR.finditer(s) if _METRIC_WORD.search(m.group("k"))]
+            pairs = [(m.group("k").lower(), m.group("v")) for m in _LOOSE_PAIR.finditer(joined)
+                     if _METRIC_WORD.search(m.group("k"))]
         # "'loss': 1.19e+34, 'grad_norm': nan, then 'loss': 0.0": a repeated key starts the next record.
         group: list[tuple[str, str]] = []
         for k, v in pairs + [("", "")]:
@@ -289,7 +293,27 @@ def metric_facts(records: list[Record], facts: Facts, source: str) -> None:
         broken = broken or bad_here
         if bad_here:
             bad.append(r)
+    _logged_learning_rate(records, facts, source)
     _first_bad_step([r for r in records if r.step is not None or not _prose(r)], bad, facts, source)
+
+
+def _is_lr(name: str) -> bool:
+    low = name.lower()
+    return low == "lr" or low.endswith(("learning_rate", "/lr"))
+
+
+def _logged_learning_rate(records: list[Record], facts: Facts, source: str) -> None:
+    """A scheduler's value is logged each record: during warmup the first one is far below the setting (even 0.0),
+    so the highest one logged stands for the run's rate when no setting says it (a config or command line wins)."""
+    best: Record | None = None
+    best_v = 0.0
+    for r in records:
+        for k, v in r.metrics.items():
+            if _is_lr(k) and math.isfinite(v) and v > best_v:
+                best, best_v = r, v
+    if best is not None:
+        facts.set("learning_rate", best_v, "log", best.line, f"the highest learning rate logged: {best.text.strip()}",
+                  source)
 
 
 def _first_bad_step(logged: list[Record], bad: list[Record], facts: Facts, source: str) -> None:
@@ -351,15 +375,17 @@ def error_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None
                 facts.add("errors", eid, "log", n, s.strip(), source)
 
 
-_PKG = re.compile(r"(?<![\w\-])(?P<pkg>[A-Za-z][\w\-]*)`?[ \t]*(?:==|=|>=|~=|:|version[ \t]*:?)[ \t]*['\"]?"
+_PKG = re.compile(r"(?<![\w\-])(?P<pkg>[A-Za-z][\w\-]*)`?[ \t]*(?P<op>==|=|>=|~=|:|version[ \t]*:?)[ \t]*['\"]?"
                   r"(?P<ver>v?\d+(?:\.\d+)+"
                   r"[\w+\-]*(?:\.[\w+\-]+)*)", re.IGNORECASE)
 _PIP_LIST = re.compile(r"^\s*(?P<pkg>[A-Za-z][\w\-]*)\s{2,}(?P<ver>v?\d+(?:\.\d+)+[\w+\-]*(?:\.[\w+\-]+)*)\s*$")
-_TORCH_ENV = re.compile(r"PyTorch version\s*:\s*(?P<ver>\d+(?:\.\d+)+[\w+\-]*(?:\.[\w+\-]+)*)", re.IGNORECASE)
+_TORCH_ENV = re.compile(r"PyTorch version(?:\s*\(GPU\?\))?\s*:\s*(?P<ver>\d+(?:\.\d+)+[\w+\-]*(?:\.[\w+\-]+)*)", re.IGNORECASE)
 def env_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     for n, s in lines:
         pip = _PIP_LIST.match(s)
         for m in list(_PKG.finditer(s)) + ([pip] if pip else []):
+            if m.re is _PKG and m.group("op") in (">=", "~=") and _PROSE_RUN.search(s):
+                continue  # "it was fixed in transformers>=4.47": a release named in a sentence, not the one installed
             got = canonical_package(m.group("pkg"), m.group("ver"))
             if got:
                 key, ver, fw = got
@@ -373,7 +399,7 @@ def env_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         m = None if _PROSE_RUN.search(s) else next(
             (g for g in GPU_NAME.finditer(s) if not DENIED_BEFORE.search(s[max(0, g.start() - 16):g.start()])), None)
         if m:
-            gpu = re.sub(r"\s+", " ", m.group("gpu"))
+            gpu = gpu_name(m.group("gpu"))
             facts.set("gpu", gpu, "env", n, s.strip(), source)
             facts.set("gpu_bf16", not bool(GPU_WITHOUT_BF16.search(gpu)), "env", n, s.strip(), source)
 

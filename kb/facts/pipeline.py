@@ -8,6 +8,7 @@ what the others found.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -17,6 +18,8 @@ from kb.facts.model import Facts
 
 Lines = list[tuple[int, str]]
 Stage = Callable[[Lines, Facts, str], None]
+
+_UNTICKED = re.compile(r"^\s*(?:[-*+]\s*)?\[ \]\s")
 
 DEFAULT_STAGES: tuple[Stage, ...] = (configs.extract, logs.extract, statements.extract, prose.extract, prose.derive)
 
@@ -31,8 +34,11 @@ class Pipeline:
         text = check_text(text, source)
         lines, warnings = numbered_lines(text, source)
         facts = Facts(warnings=warnings)
+        # An unticked box of an issue form ("- [ ] One of the scripts in the examples/ folder of ... `transformers`")
+        # is an option the reporter did not pick: nothing in it is a fact of the run.
+        read = [(n, s) for n, s in lines if not _UNTICKED.match(s)] if "[ ]" in text else lines
         for stage in self.stages:
-            stage(lines, facts, source)
+            stage(read, facts, source)
         return facts, lines
 
     def extract(self, text: str | bytes, source: str = "text") -> Facts:

@@ -48,16 +48,19 @@ _SP = re.compile(r"sequence[ _-]parallel|序列并行|ring[ _-]?attn|ring[ _-]at
                  r"\s+(?:across|over|between|among)\s+(?:the\s+)?(?:gpus|ranks|devices|cards)|"
                  r"(?:一条|每条|单条|每个|一个)(?:样本|序列)(?:被)?(?:切分|拆分|切)(?:到|在)(?:多张?卡|多个\s*gpu|多个?\s*rank|"
                  r"各个?\s*rank|不同的?卡)", re.IGNORECASE)
-_ZERO = re.compile(r"\bzero[ _-]?(?:stage[ _-]?)?([123])\b|\bds_z([123])|\bstage[ _-]?([123])\b", re.IGNORECASE)
+# ASCII edges throughout ("用zero2训练"), and LLaMA-Factory's shorthand: "设置z2", "z3 offload".
+_ZERO = re.compile(r"(?<![A-Za-z0-9_])zero[ _-]?(?:stage[ _-]?)?([123])(?![A-Za-z0-9_])|(?<![A-Za-z0-9_])ds_z([123])|"
+                   r"(?<![A-Za-z0-9_])stage[ _-]?([123])(?![A-Za-z0-9_])|(?<![A-Za-z0-9_.\-/])z([123])(?![A-Za-z0-9_.\-/])",
+                   re.IGNORECASE)
 _ATTN = (
     # not when the name is a switch set off or left to the default (`--flash_attn False`, `flash_attn: auto`)
     (re.compile(r"(?:flash[ _-]?attn|flash[ _-]?attention|\bfa2\b)(?:_?2)?"
                 r"(?![ \t]*[:=]?[ \t]*[\"']?(?:" + "|".join((*SWITCH_OFF, "disabled")) + r")\b)", re.IGNORECASE),
      "flash_attention_2"),
-    (re.compile(r"\bsdpa\b|scaled_dot_product_attention", re.IGNORECASE), "sdpa"),
-    (re.compile(r"\beager\b attention|attn_implementation\W+eager", re.IGNORECASE), "eager"),
+    (re.compile(r"(?<![A-Za-z0-9_])sdpa(?![A-Za-z0-9_])|scaled_dot_product_attention", re.IGNORECASE), "sdpa"),
+    (re.compile(r"(?<![A-Za-z0-9_])eager attention|attn_implementation\W+eager", re.IGNORECASE), "eager"),
 )
-_COLLAPSE = re.compile(r"!{4,}|exclamation mark|感叹号|全(?:部)?(?:变)?(?:为|是|成)\s*[!！]|token id (?:is )?0\b|"
+_COLLAPSE = re.compile(r"[!！]{4,}|exclamation mark|感叹号|全(?:部)?(?:变)?(?:为|是|成)\s*[“\"「『'‘]?\s*[!！]|token id (?:is )?0\b|"
                        r"id 0\b|乱码|gibberish|garbage output|repeat(?:s|ed|ing)? the same token", re.IGNORECASE)
 # verl's `low_var_kl` (Schulman's k3): exp(ref - logp) overflows when the policy drifts; named in prose and code.
 _KL_K3 = re.compile(r"low[_ ]var[_ ]kl|\bk3\b(?:[ _-]?(?:kl|estimator))|kl[ _-]?estimator\W{0,3}k3", re.IGNORECASE)
@@ -81,12 +84,17 @@ _PROSE_METRIC = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")(?=(?
 _PROSE_METRIC_ZH = re.compile(r"(?P<m>梯度范数|梯度模长|梯度|损失值?|损失函数值?|奖励值?|KL\s*散度)(?=(?P<gap>[^\n,，。.;；=]{0,30}?)"
                               r"(?<![A-Za-z0-9_.])(?P<v>" + _BAD_VALUE + r")(?![A-Za-z0-9_]))", re.IGNORECASE)
 _ZH_METRIC = (("梯度", "grad_norm"), ("损失", "loss"), ("奖励", "reward"), ("kl", "kl"))
-_PROSE_METRIC_REV = re.compile(r"(?<![\w])(?P<v>nan|NaN|inf|Inf)s?\b\s*(?:values?\s*)?(?:in|for|of|on)\s+(?:the\s+|both\s+)?"
+_PROSE_METRIC_REV = re.compile(r"(?<![A-Za-z0-9_])(?P<v>nan|NaN|inf|Inf)s?\b\s*(?:values?\s*)?(?:in|for|of|on)\s+"
+                               r"(?:(?:the|both|local|global|total)\s+)*(?:grad(?:ient)?\s+(?=norm))?"
                                r"(?P<m>" + _METRIC_NAME + r")", re.IGNORECASE)
 # The bad value as the metric's adjective: "reports NaN eval loss on every rank", "produces NaN training loss",
 # "a NaN gradient norm" (the word before the metric still names the evaluation loss, _EVAL_BEFORE).
-_PROSE_METRIC_ADJ = re.compile(r"(?<![\w-])(?P<v>nan|inf)\s+(?:(?:eval(?:uation)?|validation|val|test|training|train)"
+_PROSE_METRIC_ADJ = re.compile(r"(?<![A-Za-z0-9_-])(?P<v>nan|inf)\s+(?:(?:eval(?:uation)?|validation|val|test|training|train)"
                                r"[ _])?(?P<m>loss(?:es)?|grad(?:ient)?[ _]norms?|kl)\b", re.IGNORECASE)
+# "WARN: grad_norm is not finite: nan", "the loss became non-finite": NaN or inf, the words do not say which.
+_NOT_FINITE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")\s+(?:is|was|are|were|became|becomes|goes|went)\s+"
+                         r"(?:not\s+finite|non-?finite)\b|(?<![A-Za-z0-9_-])non-?finite\s+(?P<m2>loss(?:es)?|grad(?:ient)?[ _]norms?)\b",
+                         re.IGNORECASE)
 # "loss: 11.20 -> 11.17 -> nan", "loss 2.1 → 8.3 → inf": a trajectory that ends in a bad value.
 _TRAJECTORY = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")['\"]?\s*[:=：]?\s*(?:[-+]?[\d.]+(?:e[-+]?\d+)?\s*"
                          r"(?:->|→|=>|—>|to|then|,)\s*)+(?P<v>nan|inf|0(?:\.0+)?(?![\d.]))(?![A-Za-z0-9_])", re.IGNORECASE)
@@ -94,6 +102,7 @@ _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes?(?
                      # "the loss stays at 0", "grad_norm is stuck at nan"
                      r"(?:stays?|stayed|remains?|remained|(?:is |was |gets? |got )?stuck|sits?|sat|pinned) at|"
                      r"stays?|remains?|always|keeps?|got|gets|shows?|reports?|of|to|equals?|=|:|：|一直|都|总|变|变为|"
+                     r"(?:to )?be|"  # "loss always be nan", "the loss seems to be nan"
                      r"(?:came|comes?|turned|turns?) out|"  # "the evaluation loss came out NaN"
                      r"变成|为|是|出现|会|就|直接|也|and [\w/]+ (?:will be|are|were|become)|一直为|一直是|"
                      r"全程|始终|全部|全都|均|"
@@ -144,15 +153,17 @@ _FROM_START = re.compile(r"from the (?:very )?(?:first|1st) (?:step|iteration)|(
                          r"从第\s*(?:一|1|0)\s*(?:步|个\s*step|次迭代)|第\s*(?:一|1|0)\s*(?:步|个\s*step)(?:就|即|起|开始)",
                          re.IGNORECASE)
 # "NaN at step 300", "from step 120 on", "第二步开始就是 0": a later first bad step, said in words.
-_AT_STEP = re.compile(r"\b(?:(?:at|from|since|starting (?:at|from)|on|after|around|about) (?:the )?(?:step|iteration|iter) "
-                      r"(\d{1,7})|after (?:about |around |roughly |approximately |~ ?)?(\d{1,7}) (?:training )?"
+_AT_STEP = re.compile(r"\b(?:(?:at|from|since|starting (?:at|from)|on|after|around|about|comes to|reach(?:es|ed|ing)?) "
+                      r"(?:the )?(?:step|iteration|iter)(?: ?= ?| )(\d{1,7})|after (?:about |around |roughly |approximately |~ ?)?(\d{1,7}) (?:training )?"
                       r"(?:steps|iterations|iters))\b|"
                       r"从?第\s*(\d{1,7}|[一二三四五六七八九十两]{1,3})\s*(?:步|个\s*step|次迭代)\s*(?:开始|起|就|时)|"
                       r"(?:训练|跑)了?\s*(\d{1,7})\s*[多余]?\s*(?:步|个\s*steps?|次迭代)\s*(?:之后|以后|后)|"
                       # "大约 20 多步后 loss 开始为 nan" (not "每 100 步后": a period, not a moment)
                       r"(?<![每\d])(?:大约|大概|约)\s*(\d{1,7})\s*[多余]?\s*(?:步|个\s*steps?|次迭代)\s*(?:之后|以后|后)|"
                       # "训练到 1000 多步时": about that step ("多" / "余": a few more)
-                      r"(?:训练|跑)到\s*第?\s*(\d{1,7})\s*[多余]?\s*(?:步|个?\s*(?:iter|step)s?\b|次迭代)", re.IGNORECASE)
+                      r"(?:训练|跑)到\s*第?\s*(\d{1,7})\s*[多余]?\s*(?:步|个?\s*(?:iter|step)s?\b|次迭代)|"
+                      # "训练到 step 205 左右出现 nan", "在step205左右nan"
+                      r"(?:训练|跑|在)到?\s*(?:step|iter(?:ation)?)\s*(\d{1,7})", re.IGNORECASE)
 _CN_DIGITS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 
 
@@ -319,6 +330,19 @@ def _off_words(s: str, start: int, end: int) -> bool:
     return bool(_OFF_BEFORE.search(s[max(0, start - 24):start]) or _OFF_AFTER.search(s[end:end + 16]))
 
 
+_SETTING_AFTER = re.compile(r"[\w.\-]*[\"']?[ \t]*(?:[:=]|[ \t]\d)")
+
+
+def _in_setting_name(s: str, start: int, end: int) -> bool:
+    """s[start:end] is part of a setting's name (`ulysses_sequence_parallel_size: 1`, `--context_parallel_size 1`):
+    its value, read by the config stage, says whether the feature is on; the name alone says nothing."""
+    head = start
+    while head > 0 and (s[head - 1].isascii() and (s[head - 1].isalnum() or s[head - 1] in "_.-")):
+        head -= 1
+    named = s[head:end] != s[start:end] or re.match(r"[\w.]", s[end:end + 1] or " ") is not None
+    return named and (s[head:head + 2] == "--" or _SETTING_AFTER.match(s, end) is not None)
+
+
 def _said_off(s: str, start: int, end: int) -> bool:
     """The feature at s[start:end] is said not to be in use by the run: not when turning it off was the fix
     ("序列并行关掉之后就正常了"), nor when "without it" is the comparison that trained ("no NaN without flash
@@ -345,7 +369,8 @@ _SHIFT_ATTN = re.compile(r"S(?:\^?2|²)[- ]?attn|S(?:\^?2|²)[- ]Attention|shift
                          r"LongLoRA", re.IGNORECASE)
 # "peft" names adapters in use, not the library installed (`PEFT version: 0.12.0`, `peft==0.12.0`) nor ms-swift's
 # `--tuner_backend peft`, which a full fine-tune passes too.
-_LORA = re.compile(r"\blora\b|\bqlora\b|(?<!tuner_backend )(?<!tuner_backend=)\bpeft\b"
+# ASCII edges: "lora微调", "用qlora训练" put the name between Chinese characters, where `\b` finds no edge.
+_LORA = re.compile(r"(?<![A-Za-z0-9_])q?lora(?![A-Za-z0-9_])|(?<!tuner_backend )(?<!tuner_backend=)(?<![A-Za-z0-9_])peft(?![A-Za-z0-9_])"
                    r"(?![ \t]*(?:version|==|>=|<=|~=|:[ \t]*v?\d|v?\d))", re.IGNORECASE)
 
 
@@ -377,6 +402,14 @@ _ALGO_RX.append(("RM", re.compile(r"reward[ _-]?model(?:ing|ling)?|奖励模型|
 _SFT_PROVENANCE = r"(?!\w*\s*(?:过(?!程)|后的?|之后|权重|模型|checkpoint|ckpt|weights|model\b|'d|-ed\b|ed\b))"
 _ALGO_RX = [(name, re.compile(r"(?<!after )(?<!经过)(?:" + rx.pattern + ")" + _SFT_PROVENANCE, rx.flags))
             if name == "SFT" else (name, rx) for name, rx in _ALGO_RX]
+# "the pre-training model I'm using is llama2", "预训练模型是 qwen2": the checkpoint the run starts from, not a
+# pretraining run.
+_ALGO_RX = [(name, re.compile(r"(?:" + rx.pattern + r")(?!\s*(?:models?\b|模型|权重|weights?\b|checkpoints?\b|ckpt))",
+                              rx.flags)) if name == "pretrain" else (name, rx) for name, rx in _ALGO_RX]
+# A logged metric's path names the trainer's bookkeeping, not the algorithm: verl logs `actor/ppo_kl: ...` for GRPO
+# runs too (a script's path still names it: examples/ppo_trainer/, scripts/reward_modeling.py).
+_ALGO_RX = [(name, re.compile(r"(?<!/)(?:" + rx.pattern + r")|(?<=/)(?:" + rx.pattern + r")(?![\w/]*['\"]?[ \t]*[:=])",
+                              rx.flags)) for name, rx in _ALGO_RX]
 _FW_RX = [(name, _alias_regex(a)) for name in _FW_ORDER for a in (name.lower(), *FRAMEWORKS.get(name, ()))
           if a not in _FW_AMBIGUOUS or name in ("DeepSpeed", "transformers")]
 # A lowercase word every match of a name regex contains (None: no cheap pre-test).
@@ -482,12 +515,18 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                 facts.set("weights_dtype", "fp16", "text", n, clause, source)
 
 
+# "similar to https://github.com/volcengine/verl/issues/2626", "see hiyouga/LLaMA-Factory#4020"
+_THREAD_LINK = re.compile(r"https?://(?:www\.)?git(?:hub|ee|code)\.(?:com|net)/[^\s/]+/[^\s/]+/(?:issues|pull|discussions)/"
+                          r"\d+[^\s)\]>]*|(?<![\w/.\-])[\w.-]+/[\w.-]+#\d+\b", re.IGNORECASE)
+
+
 class _Joined:
     """The lines as one string, so each of ~100 name regexes runs once over the paste instead of once per line."""
 
     def __init__(self, lines: list[tuple[int, str]]):
         self.lines = lines
-        self.text = "\n".join(s for _, s in lines)
+        # A link to another thread names its repository, not this run's tools: blanked, positions kept.
+        self.text = _THREAD_LINK.sub(lambda m: " " * len(m.group(0)), "\n".join(s for _, s in lines))
         self.low = fold(self.text)
         self.starts: list[int] = []
         pos = 0
@@ -612,7 +651,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     symptoms = [(rx, sym) for rx, sym in _SYMPTOM if hay.may(rx)]
     for n, s in lines:
         m = sp.search(s)
-        if m:
+        if m and not _in_setting_name(s, m.start(), m.end()):
             facts.set("sequence_parallel", not _said_off(s, m.start(), m.end()), "text", n, s, source)
             if said_as_fix(s, m.start(), m.end()) and _off_words(s, m.start(), m.end()):
                 facts.add("fix_changes", "sequence_parallel_size=1", "text", n, s, source)  # "关掉之后就正常了"
@@ -706,6 +745,10 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                 facts.add("symptom", "huge", "text", n, s, source)
         # The value before its metric ("nan in the loss", "a NaN eval loss"), unless said absent ("no NaN loss",
         # "there is no nan in the loss").
+        for m in (_NOT_FINITE.finditer(s) if "finite" in s.lower() else ()):
+            name = (m.group("m") or m.group("m2")).lower()
+            name = "grad_norm" if name.startswith("grad") and " " in name else name
+            _prose_metric(facts, name, "nan", n, s, source, m.start("m") if m.group("m") else m.start("m2"))
         for m in [*metric_rev.finditer(s), *metric_adj.finditer(s)]:
             if _SAID_ABSENT.search(s[max(0, m.start() - 40):m.start()]):
                 continue
@@ -734,10 +777,18 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         if kto_words.search(s) and "algorithm" not in facts:
             facts.set("algorithm", "KTO", "text", n, s, source)
         for rx, sym in symptoms:
-            if any(not _SAID_ABSENT.search(before := s[max(0, m.start() - 40):m.start()])
-                   and not (sym in ("nan", "inf") and (_HARDWARE_FIGURE.search(before) or _COUNTED_ZERO.match(s, m.end())))
-                   for m in rx.finditer(s)):
+            if sym == "zero_loss" and _zero_init(s):
+                continue  # `    total_loss = 0`: a script starting its sum, not a loss that reached 0
+            hit = next((m for m in rx.finditer(s) if not _SAID_ABSENT.search(before := s[max(0, m.start() - 40):m.start()])
+                        and not (sym in ("nan", "inf") and (_HARDWARE_FIGURE.search(before)
+                                                            or _COUNTED_ZERO.match(s, m.end())))), None)
+            if hit is not None and sym == "zero_loss" and _COEFFICIENT_BEFORE.search(s, max(0, hit.start() - 40), hit.start()):
+                hit = None  # `weight_soft_loss: 0`: the loss term's weight is set to 0, not a loss that reached 0
+            if hit is not None:
                 facts.add("symptom", sym, "text", n, s, source)
+                if sym == "zero_loss" and re.match(r"loss\b|损失", hit.group(0), re.IGNORECASE) \
+                        and not _EVAL_BEFORE.search(s[max(0, hit.start() - 20):hit.start()]):
+                    facts.add("zero_metrics", "loss", "text", n, s, source)  # "grad_norm总是nan，loss=0"
                 if rx is _PAIRWISE_TIE:
                     facts.set("pairwise_tie", True, "text", n, s, source)
         if may_climb and "collapse" not in facts.value("symptom", []) and _climbs_back(s):
@@ -747,6 +798,17 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             if ev:
                 facts.set("version_evidence", ev, "text", n, s, source)
     _adapter_of_run(adapters, full, facts, source)
+
+
+_COEFFICIENT_BEFORE = re.compile(r"(?:weight|coef\w*|alpha|beta|lambda|scale)_\w*$", re.IGNORECASE)
+# An indented assignment, or one to a compound name, of 0 in a pasted script (the name's shape is checked in
+# _zero_init: one character class here keeps the pattern linear).
+_ZERO_INIT = re.compile(r"^([ \t]*)([\w.\[\]'\"]+)[ \t]*=[ \t]*0(?:\.0*)?[ \t]*(?:#.*)?$")
+
+
+def _zero_init(s: str) -> bool:
+    m = _ZERO_INIT.match(s) if "=" in s else None
+    return m is not None and bool(m.group(1) or re.search(r"[A-Za-z0-9][._]", m.group(2)))
 
 
 def _compared_ok(s: str, end: int) -> bool:
@@ -786,7 +848,7 @@ _LIGHTNING = re.compile(r"(?<![\w.\-])(?:(?:bf)?16|32|64)-(?:true|mixed)(?![\w\-
 # "loss 陡增后变为 0", "the loss suddenly shot up", "grad_norm spikes": a metric that jumped, said in words.
 _PROSE_SPIKE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r"|梯度|损失)(?P<gap>[^\n,，。.;；]{0,20}?)(?:先)?"
                           r"(?:陡增|突增|暴涨|飙升|激增|猛增|突刺|爆炸|突然(?:增大|变大|上升|升高)|jump(?:s|ed)? (?:up|sharply)|sho(?:ot|ots|t) up|"
-                          r"spik(?:e|es|ed|ing)\b|blow(?:s|n)? up|blew up|explod(?:e|es|ed)|"
+                          r"spik(?:e|es|ed|ing|ey|y)\b|blow(?:s|n)? up|blew up|explod(?:e|es|ed)|"
                           r"jump(?:s|ed)? by (?:\w+ )?orders? of magnitude)", re.IGNORECASE)
 # The metric after the word: "sudden huge spikes in the policy loss", "a spike of the grad_norm" (losses, norms and
 # KL only: "spikes in the reward" are often just noisy rewards).
@@ -866,8 +928,8 @@ def _version_evidence(s: str) -> str | None:
     for what, rx in _VERSION_EVIDENCE:
         for m in rx.finditer(s):
             labelled = "ok" in rx.groupindex
-            if not labelled and _STILL.search(s[m.end(): m.end() + 60].split("\n")[0]):
-                continue
+            if not labelled and _STILL.search(s[m.start(): m.end() + 60].split("\n")[0]):
+                continue  # also inside the match: "升级到最新版本还是有这个问题：ms_swift==3.6.0.dev0"
             if "v" not in rx.groupindex:
                 return what
             v, pkg = m.group("v"), (m.group("pkg") or "").strip()
@@ -897,8 +959,8 @@ def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: s
     name = name.strip("/").lower()
     if name == "loss" and start > 0 and _EVAL_BEFORE.search(s[max(0, start - 20):start]):
         name = "eval_loss"
-    if name == "norm" and start > 0 and _GRAD_BEFORE.search(s[max(0, start - 12):start]):
-        name = "grad_norm"  # "grad norm: nan", "the gradient norm is inf"
+    if name in ("norm", "norms") and start > 0 and _GRAD_BEFORE.search(s[max(0, start - 12):start]):
+        name = "grad_norm"  # "grad norm: nan", "the gradient norm is inf", "the actor grad norms were always NaN"
     if is_limit_name(name):
         return  # `max_grad_norm: inf` is a setting
     if name in ("accuracy",):

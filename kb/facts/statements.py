@@ -23,6 +23,7 @@ from kb.canonical import (
     WENT_BAD,
     canonical_algorithm,
     canonical_key,
+    gpu_name,
     normalise_value,
     said_as_fix,
     spec,
@@ -145,6 +146,9 @@ def extract_config(text: str, *, recommendation: bool = False) -> list[Finding]:
     for lm in _LABEL.finditer(text):
         if lm.group(0).isascii() and not _ascii_bounded(text, lm.start(), lm.end()):
             continue
+        if lm.start() > 0 and text[lm.start() - 1] == "/" and PROSE_LABELS.get(
+                re.sub(r"[\s_-]+", " ", lm.group(0).lower()), "").startswith("max_"):
+            continue  # "completions/max_length': 401.75": a logged measurement of what was sampled, not the limit
         key = PROSE_LABELS.get(re.sub(r"[\s_-]+", " ", lm.group(0).lower()))
         if key is None or _OTHER_QUANTITY.search(text, max(0, lm.start() - 16), lm.start()):
             continue
@@ -262,7 +266,7 @@ def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
             if 1 <= n <= 1024:
                 out.append(Finding("num_gpus", n, _snippet(text, m.start(), m.end()), "prose", m.start()))
         for m in hay.gate(GPU_NAME).finditer(text):
-            out.append(Finding("gpu", re.sub(r"\s+", " ", m.group("gpu")), m.group(0), "prose", m.start()))
+            out.append(Finding("gpu", gpu_name(m.group("gpu")), m.group(0), "prose", m.start()))
         for m in hay.gate(_VERSION).finditer(text):
             name = re.sub(r"[\s_]+", "-", m.group(1).lower())
             key = _VERSION_KEY.get(name) or canonical_key(name)
@@ -424,6 +428,8 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     for f in findings:
         if f.key in _NOT_STATED or f.pos < 0:
             continue
+        if f.key == "learning_rate" and f.value == 0:
+            continue  # `'learning_rate': 0.0` is a warmup's first logged value; nobody trains at a rate of 0
         if f.key == "gpu" and (DENIED_BEFORE.search(text[max(0, f.pos - 16):f.pos])
                                or (len(gpus) > 1 and _ran_fine(text, f.pos))):
             continue  # "it's not a V100, it's an A100"; "之前在 V100 上跑正常，换到 A100 后 loss nan"
