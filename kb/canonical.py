@@ -293,8 +293,12 @@ def normalise_value(key: str, value: Any) -> Any:
             text = max(names, key=len) if names else ""
         if not text or re.search(r"\.from_pretrained$|^(?:Auto)?\w*For(?:CausalLM|Conditional\w*|Seq\w*)$", text) \
                 or re.fullmatch(r"(?:get|load|build|create|init|path_to)_[a-z_]+|[a-z_]*_(?:model|path|name|dir)|"
-                                r"model_[a-z_]+|[a-z_]+\.[a-z_.]+", text):
-            return None  # ... and `get_peft_model`, `model_name`, `args.model_name_or_path` are code, not a model
+                                r"model_[a-z_]+|[a-z_]+\.[a-z_.]+|auto|none|null|\W*", text, re.IGNORECASE) \
+                or re.search(r"path[_/ -]?to\b|\byour[_-]|^[<{$]", text, re.IGNORECASE):
+            return None  # ... and `get_peft_model`, `model_name`, `args.model_name_or_path` are code, not a model;
+            # "auto", "e.g." and "/path/to/mlx/model" name none
+    if key == "deepspeed_config" and not re.search(r"[./\d]|zero|stage", text, re.IGNORECASE):
+        return None  # "the relevant ds_config im using": a word, not a file or a stage
     if key == "gpu":
         # `GPU: NVIDIA GeForce RTX 3060 Laptop GPU | Peak FLOPS (BF16): inf`, `GPU: nVidia A6000 (the Ampere one)`:
         # the model's name, not the rest of the line
@@ -614,8 +618,8 @@ DTYPE_OF_WORD = {"fp16": "fp16", "float16": "fp16", "half precision": "fp16", "h
 
 # Model families, most specific first: (family key, pattern).
 MODEL_FAMILIES = (
-    ("qwen2.5", r"qwen[-_ ]?2[._]5"), ("qwen3", r"qwen[-_ ]?3"), ("qwen2", r"qwen[-_ ]?2"), ("qwen", r"qwen"),
-    ("llama3", r"llama[-_ ]?3"), ("llama2", r"llama[-_ ]?2"), ("tinyllama", r"tinyllama"), ("llava", r"llava"),
+    ("qwen3.5", r"qwen[-_ ]?3[._]5"), ("qwen2.5", r"qwen[-_ ]?2[._]5"), ("qwen3", r"qwen[-_ ]?3"), ("qwen2", r"qwen[-_ ]?2"), ("qwen", r"qwen"),
+    ("llama3", r"llama[-_ ]?3(?![\d])"), ("llama2", r"llama[-_ ]?2(?![\d])"), ("tinyllama", r"tinyllama"), ("llava", r"llava"),
     ("llama", r"llama"), ("gemma2", r"gemma[-_ ]?2"), ("gemma3", r"gemma[-_ ]?3"), ("gemma", r"gemma"),
     ("internlm2", r"internlm[-_ ]?2"), ("internlm", r"internlm"), ("mixtral", r"mixtral"), ("mistral", r"mistral"),
     ("baichuan2", r"baichuan[-_ ]?2"), ("baichuan", r"baichuan"), ("deepseek", r"deepseek"), ("chatglm", r"chatglm"),
@@ -638,7 +642,7 @@ MODEL_NAMES_NEED_VERSION = {"glm", "yi", "phi", "opt", "bloom", "falcon"}
 # GPU names in env dumps and prose; the ones without bf16 support make fp16 the only half precision.
 GPU_MODELS = (r"V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A6000|L40S?|L4|L20|A40|GB[23]00|GH200|B[12]00|"
               r"(?i:[ahv]100|[ah]800)|"  # typed in lower case: "2 a800 GPU"
-              r"(?:RTX|GeForce(?: RTX)?)\s?[2345]0[6789]0(?:\s?Ti)?|(?:Ascend\s?)?910B[A-Za-z0-9]*|MI\d{3}X?|TITAN\s?V|GTX\s?1080")
+              r"(?:RTX|GeForce(?: RTX)?)\s?[2345]0[6789]0(?:\s?Ti)?|(?:Ascend\s?)?910B[A-Za-z0-9]*|MI\s?\d{3}X?|TITAN\s?V|GTX\s?1080")
 # ASCII boundaries: in "在A100上训练" the name sits between Chinese characters, which `\b` counts as word characters.
 # A bare "4090" counts only after a count of cards ("2张4090", "8*4090") or before "显卡" / "GPU": step counters
 # and sample counts look the same.
@@ -652,6 +656,7 @@ def gpu_name(raw: str) -> str:
     """One spelling per card: "a800" -> "A800", "Ascend910B2C" -> "910B2C", a bare "4090" after a count of cards ->
     "RTX 4090"."""
     name = re.sub(r"^Ascend ?", "", re.sub(r"\s+", " ", raw.strip()))  # "Ascend910B2C" -> "910B2C"
+    name = re.sub(r"^MI (?=\d)", "MI", name)  # "8 MI 250 GPUs"
     if re.fullmatch(r"[ahv]\d{3}", name):
         return name.upper()
     return f"RTX {name}" if re.fullmatch(r"[2345]0[6789]0(?: ?Ti|D)?", name) else name

@@ -1130,6 +1130,42 @@ def test_grad_norms_in_the_plural():
     ("export CUDA_VISIBLE_DEVICES=1,2,3,4,5,6,7\npython train.py", "num_gpus", 7),
     # the upgrade did not help: nothing about a release
     ("升级到最新版本还是有这个问题：ms_swift==3.6.0.dev0", "version_evidence", None),
+    # second round (2026-12-07): preference, NPU / ROCm, notebook and Chinese blog openings
+    ("bf16: false\n没有使用bf16，在训练几个step之后，就会出现nan", "precision", None),
+    ("{'loss': 0.69, 'learning_rate': 9.99231529256779e-06, 'epoch': 0.01}\n{'loss': 0.69, 'learning_rate': 9.9879",
+     "learning_rate", 9.99231529256779e-06),  # the paste cut the last number short
+    ("This situation didn't happen when I used a smaller base model (e.g., 30B) to train RM.", "model", None),
+    ('model: "/path/to/mlx/model"', "model", None),
+    ("python pretraining.py --model_type auto --model_name_or_path /data/XVERSE-13B", "model", "/data/XVERSE-13B"),
+    ("--base_model='/home/u/models/llama-30b-hf'", "model_family", "llama"),  # LLaMA-1 30B, not Llama 3
+    ("[bug] loss always be nan when sft qwen3.5", "model_family", "qwen3.5"),
+    ("pretrain an Olmo 1B model on 8 MI 250 GPUs", "num_gpus", 8),
+    ("pretrain an Olmo 1B model on 8 MI 250 GPUs", "gpu", "MI250"),
+    ("Here are the relevant ds_config im using:", "deepspeed_config", None),
+    ("昇腾910B 8卡lora训练loss nan", "num_gpus", 8),
+    ("ASCEND_RT_VISIBLE_DEVICES=0,1,2,3 llamafactory-cli train x.yaml", "num_gpus", 4),
+    ("nohup deepspeed --include localhost:1,2,3 src/train_bash.py --stage orpo", "num_gpus", 3),
+    ("### model\nmodel_name_or_path: qwen\n# flash_attn: fa2\n# deepspeed: ds_z3_config.json", "attn_implementation",
+     None),  # settings commented out
+    ("### model\nmodel_name_or_path: qwen\n# flash_attn: fa2\n# deepspeed: ds_z3_config.json", "zero_stage", None),
+    ("# Loss: nan after step 3", "nan_metrics", ["loss"]),  # a heading, not a commented-out setting
+    ("The new version TRL (0.26.2) breaks GRPO", "trl_version", "0.26.2"),
+    ("| Torch | 2.5.1+cpu |\n| TRL | 0.19 |", "torch_version", "2.5.1+cpu"),
+    (('ds_config.json为:\n{\n"zero_optimization": {\n"stage": 2,\n"overlap_comm": true\n},\n"bf16": {\n'
+     '"enabled": true\n}\n}'), "zero_stage", 2),  # JSON pasted flush left nests by its braces
+    ('my config\n{"zero_optimization": {"stage": 2}}', "zero_stage", 2),
+    (('{"loss": 2.1, "learning_rate": 1e-07, "global_step/max_steps": "1/100"}\n'
+     '{"loss": NaN, "learning_rate": 5e-06, "global_step/max_steps": "8/100"}'), "learning_rate", 5e-06),
+    ("训练损失突然降至零", "zero_metrics", ["loss"]),
+    ("训练损失在约114步后突降至0", "zero_metrics", ["loss"]),
+    ("训练过程中损失值(loss)突然变为NaN", "nan_metrics", ["loss"]),
+    ("loss值迅速变为NaN", "nan_metrics", ["loss"]),
+    # NaN gradients said in words: recorded as such, not as a logged grad_norm (which the curated triggers read)
+    ("There are NaNs in the gradients being computed", "nan_metrics", ["gradients"]),
+    ("the gradients become nan", "nan_metrics", ["gradients"]),
+    ("NaN gradient detected in Linear4bit's input gradient", "nan_metrics", ["gradients"]),
+    ("nan gradient checkpointing", "nan_metrics", None),
+    ("no NaN gradients were found", "nan_metrics", None),
 ])
 def test_raw_thread_openings(text, key, value):
     assert values(text).get(key) == value

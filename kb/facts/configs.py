@@ -59,8 +59,23 @@ def _unwrap(toks: list[str], i: int = 0) -> int:
 # A launcher script's own variables: `MODEL_PATH=/nas/qwen2.5-7b-it` or `export LR=4e-7` on a line of its own, used
 # later as `--model $MODEL_PATH` / `optim.lr=${LR}`.
 _SHELL_ASSIGN = re.compile(r"^[ \t]*(?:export[ \t]+)?(?P<k>[A-Za-z_]\w*)=(?P<v>\"[^\"$`]*\"|'[^']*'|[^\s$`;&|]+)[ \t]*$")
-_EXPORTED_GPUS = re.compile(r"^[ \t]*(?:export[ \t]+)?(NPROC_PER_NODE|CUDA_VISIBLE_DEVICES)=[\"']?([\d,]+)[\"']?[ \t]*$")
+# Which devices a launcher sees: NVIDIA, Ascend NPUs, AMD ROCm.
+_VISIBLE_DEVICES = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+_EXPORTED_GPUS = re.compile(r"^[ \t]*(?:export[ \t]+)?(NPROC_PER_NODE|" + "|".join(_VISIBLE_DEVICES) +
+                            r")=[\"']?([\d,]+)[\"']?[ \t]*$")
 _SHELL_REF = re.compile(r"\$(?:\{(?P<b>[A-Za-z_]\w*)\}|(?P<p>[A-Za-z_]\w*))")
+
+
+_COMMENTED = re.compile(r"^[ \t]*#[ \t]*(?:--(?P<f>[A-Za-z][\w.\-]*)|(?P<k>[A-Za-z_][\w.\-]*)[ \t]*[:=][ \t]*\S)")
+
+
+def commented_setting(s: str) -> bool:
+    """`# flash_attn: fa2`, `#   --deepspeed ds_z3.json`: a setting commented out in a pasted config or script."""
+    m = _COMMENTED.match(s) if "#" in s else None
+    if m is None:
+        return False
+    key = m.group("f") or m.group("k")
+    return canonical_key(key) is not None or key.lower() in ("fp16", "bf16", "flash_attn", "deepspeed")
 
 
 def shell_variables(lines: list[tuple[int, str]]) -> dict[str, str]:
@@ -186,19 +201,34 @@ def _line_of(lines: list[tuple[int, str]], key: str, default: int) -> int:
 
 def structured(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     """YAML and pretty-printed JSON (nested keys become dotted paths) plus `key = value` lines."""
-    stack: list[tuple[int, str]] = []
+    # (indent, key, opened with a brace): a JSON block pasted flush left ("ds_config.json为:" then `{` /
+    # `"zero_optimization": {` / `"stage": 2,` all at column 0) nests by its braces, not by indentation.
+    stack: list[tuple[int, str, bool]] = []
     for n, s in lines:
         if not s.strip() or s.lstrip().startswith("#"):
             continue
         indent = len(s) - len(s.lstrip(" \t"))
-        while stack and indent <= stack[-1][0]:
+        while stack and not stack[-1][2] and indent <= stack[-1][0]:
             stack.pop()
         stripped = s.strip()
         if stripped in ("}", "},", ")", "),"):
+            while stack and not stack[-1][2]:
+                stack.pop()
+            if stack and stripped.startswith("}"):
+                stack.pop()
+            continue
+        if stripped.startswith('{"') and stripped.endswith("}") and len(stripped) < 5000:
+            try:  # a whole JSON object on one line after some prose: `{"zero_optimization": {"stage": 2}}`
+                obj = json.loads(stripped)
+            except (ValueError, RecursionError):
+                obj = None
+            if isinstance(obj, dict) and not any(str(k).lower() in _RECORD_KEYS for k in obj):  # a log record is no config
+                for sub, sv in flatten(obj):
+                    _set_config(facts, sub, sv, n, stripped[:300], source)
             continue
         m = _BLOCK_OPEN.match(s)
         if m:
-            stack.append((indent, m.group("k")))
+            stack.append((indent, m.group("k"), "{" in s[m.end("k"):]))
             continue
         m = _KV_LINE.match(s)
         if not m:
@@ -219,7 +249,7 @@ def structured(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         if got is None:
             continue
         v = got
-        path = ".".join([x for _, x in stack] + [k])
+        path = ".".join([x for _, x, _ in stack] + [k])
         # `lr=1e-5 fixes it`: a setting line whose trailing words say it is what worked.
         at = s.find(v, m.start("v")) if v else -1
         fix = at >= 0 and said_as_fix(s, m.start("k"), at + len(v))
@@ -282,6 +312,8 @@ def whole_json(text: str, lines: list[tuple[int, str]], facts: Facts, source: st
             return
     else:
         obj = _json_document(t, facts, source)
+        if isinstance(obj, dict) and any(str(k).lower() in _RECORD_KEYS for k in obj) and "log_history" not in obj:
+            return  # ms-swift logs JSON records (`{"loss": NaN, "learning_rate": ...}`): read line by line as logs
     if isinstance(obj, dict):
         for path, v in flatten(obj):
             _set_config(facts, path, v, _line_of(lines, path, 1), f"{path}: {json.dumps(v)}", source)
@@ -465,10 +497,14 @@ def command(n: int, cmd: str, facts: Facts, source: str, shell: dict[str, str] |
         k, _, v = toks.pop(0).partition("=")
         env[k] = v
     del toks[:_unwrap(toks)]
+    visible = next((env[v] for v in _VISIBLE_DEVICES if env.get(v)), None)
     if "NPROC_PER_NODE" in env:
         _set_config(facts, "nproc_per_node", env["NPROC_PER_NODE"], n, detail, source)
-    elif env.get("CUDA_VISIBLE_DEVICES"):
-        facts.set("num_gpus", len(env["CUDA_VISIBLE_DEVICES"].split(",")), "config", n, detail, source)
+    elif visible:
+        facts.set("num_gpus", len(visible.split(",")), "config", n, detail, source)
+    m = re.search(r"--include[ =]['\"]?[\w.\-]+:(\d+(?:,\d+)*)['\"]?(?:\s|$)", cmd) if "--include" in cmd else None
+    if m and "num_gpus" not in facts:  # `deepspeed --include localhost:1,2,3`: one host, three devices
+        facts.set("num_gpus", len(m.group(1).split(",")), "config", n, detail, source)
     if not toks:
         return
     head = toks[0].lower()

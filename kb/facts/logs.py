@@ -305,12 +305,13 @@ def _is_lr(name: str) -> bool:
 def _logged_learning_rate(records: list[Record], facts: Facts, source: str) -> None:
     """A scheduler's value is logged each record: during warmup the first one is far below the setting (even 0.0),
     so the highest one logged stands for the run's rate when no setting says it (a config or command line wins)."""
-    best: Record | None = None
-    best_v = 0.0
-    for r in records:
-        for k, v in r.metrics.items():
-            if _is_lr(k) and math.isfinite(v) and v > best_v:
-                best, best_v = r, v
+    logged = [(v, r) for r in records for k, v in r.metrics.items() if _is_lr(k) and math.isfinite(v) and v > 0]
+    if not logged:
+        return
+    low = sorted(v for v, _ in logged)[(len(logged) - 1) // 2]  # the lower median
+    # a paste cut short mid-number ("'learning_rate': 9.9879" of 9.9879e-06) stands orders of magnitude above the
+    # rest; a warmup's ramp (3e-08 up to 1e-04) does not
+    best_v, best = max(((v, r) for v, r in logged if v <= 10_000 * low), key=lambda x: x[0])
     if best is not None:
         facts.set("learning_rate", best_v, "log", best.line, f"the highest learning rate logged: {best.text.strip()}",
                   source)
@@ -375,7 +376,8 @@ def error_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None
                 facts.add("errors", eid, "log", n, s.strip(), source)
 
 
-_PKG = re.compile(r"(?<![\w\-])(?P<pkg>[A-Za-z][\w\-]*)`?[ \t]*(?P<op>==|=|>=|~=|:|version[ \t]*:?)[ \t]*['\"]?"
+# "TRL (0.26.2)" and a markdown table's "| Torch | 2.5.1+cpu |" name a version too
+_PKG = re.compile(r"(?<![\w\-])(?P<pkg>[A-Za-z][\w\-]*)`?[ \t]*(?P<op>==|=|>=|~=|:|\(|\||version[ \t]*:?)[ \t]*['\"]?"
                   r"(?P<ver>v?\d+(?:\.\d+)+"
                   r"[\w+\-]*(?:\.[\w+\-]+)*)", re.IGNORECASE)
 _PIP_LIST = re.compile(r"^\s*(?P<pkg>[A-Za-z][\w\-]*)\s{2,}(?P<ver>v?\d+(?:\.\d+)+[\w+\-]*(?:\.[\w+\-]+)*)\s*$")

@@ -37,6 +37,8 @@ class Pipeline:
         # An unticked box of an issue form ("- [ ] One of the scripts in the examples/ folder of ... `transformers`")
         # is an option the reporter did not pick: nothing in it is a fact of the run.
         read = [(n, s) for n, s in lines if not _UNTICKED.match(s)] if "[ ]" in text else lines
+        # `# flash_attn: fa2` in a pasted YAML or script: a setting switched off, not one the run used.
+        read = [(n, s) for n, s in read if not configs.commented_setting(s)] if "#" in text else read
         for stage in self.stages:
             stage(read, facts, source)
         return facts, lines

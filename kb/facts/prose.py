@@ -76,7 +76,7 @@ _LENGTH_NORM = re.compile(r"length[- ]normali[sz]\w*|average[_ ]log[_ ]?probs?|a
 # "normal", "apply" and "accelerate" (which hold kl, norm, ppl and acc) are none.
 _METRIC_NAME = (r"(?:(?:[A-Za-z]+[_/])*(?:[A-Za-z]*(?:loss|norm)(?:es|s)?|kld?|acc|accuracy|rewards?|logps|logits|"
                 r"margins?|x?entropy|ppl|nll)\d*(?:[_/][A-Za-z0-9]+)*(?![A-Za-z0-9]))")
-_BAD_VALUE = r"(?:(?i:nan|inf|infinity)|无穷大?|0(?:\.0+)?(?![\d.])|zero)"  # "kl变为Nan" too
+_BAD_VALUE = r"(?:(?i:nan|inf|infinity)|无穷大?|0(?:\.0+)?(?![\d.])|zero|零(?![点.]))"  # "kl变为Nan" too
 _PROSE_METRIC = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")(?=(?P<gap>[^\n,，。.;；=]{0,30}?)"
                            r"(?<![A-Za-z0-9_.])(?P<v>" + _BAD_VALUE + r")(?![A-Za-z0-9_]))", re.IGNORECASE)
 # The same with a metric named in Chinese: "损失变成 nan", "梯度范数一直为 0", "验证集上的损失为 nan", "奖励变为 nan"
@@ -90,7 +90,13 @@ _PROSE_METRIC_REV = re.compile(r"(?<![A-Za-z0-9_])(?P<v>nan|NaN|inf|Inf)s?\b\s*(
 # The bad value as the metric's adjective: "reports NaN eval loss on every rank", "produces NaN training loss",
 # "a NaN gradient norm" (the word before the metric still names the evaluation loss, _EVAL_BEFORE).
 _PROSE_METRIC_ADJ = re.compile(r"(?<![A-Za-z0-9_-])(?P<v>nan|inf)\s+(?:(?:eval(?:uation)?|validation|val|test|training|train)"
-                               r"[ _])?(?P<m>loss(?:es)?|grad(?:ient)?[ _]norms?|kl)\b", re.IGNORECASE)
+                               r"[ _])?(?P<m>loss(?:es)?|grad(?:ient)?[ _]norms?|kl|grad(?:ient)?s?(?!\w|\s*(?:checkpoint|accum|clip)))\b",
+                               re.IGNORECASE)  # "NaN gradients": recorded as `gradients`
+# "There are NaNs in the gradients", "the gradients become nan": recorded as the metric `gradients`, apart from a
+# logged grad_norm that the curated triggers reason about (read as grad_norm, the case base's top-1 fell by a report).
+_NAN_GRADS = re.compile(r"(?<![A-Za-z0-9_])(?:nan|inf)s?\s+(?:values?\s+)?(?:in|of)\s+(?:the\s+|all\s+)?(?:\w+\s+)?"
+                        r"grad(?:ient)?s\b|(?<![A-Za-z0-9_])grad(?:ient)?s\s+(?:is|are|were|become|became|turn(?:s|ed)?"
+                        r"(?:\s+in)?to)\s+(?:all\s+)?(?:nan|inf)\b", re.IGNORECASE)
 # "WARN: grad_norm is not finite: nan", "the loss became non-finite": NaN or inf, the words do not say which.
 _NOT_FINITE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")\s+(?:is|was|are|were|became|becomes|goes|went)\s+"
                          r"(?:not\s+finite|non-?finite)\b|(?<![A-Za-z0-9_-])non-?finite\s+(?P<m2>loss(?:es)?|grad(?:ient)?[ _]norms?)\b",
@@ -118,6 +124,7 @@ _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes?(?
 _GAP_FILLER = re.compile(
     r"在?从?第\s*(?:\d+|[一二三四五六七八九十两]+)\s*(?:步|个?\s*steps?|轮|个?\s*epochs?)\s*(?:后|之后|以后|时|开始|起)?|"
     r"在?(?:训练)?(?:几|数|一些|若干)\s*(?:步|个?\s*steps?|轮)\s*(?:后|之后|以后)?|"
+    r"在?(?:约|大约|大概)?[ \t]{0,3}\d{1,7}[ \t]{0,3}(?:步|个?[ \t]{0,3}steps?|轮)[ \t]{0,3}(?:后|之后|以后|时)|"  # "在约114步后突降至0"
     r"\b(?:after|within|in)\s+(?:the\s+)?(?:a few|several|some|\d+|first|one|two|three)\s+(?:\w+\s+)?"
     r"(?:steps?|iterations?|epochs?)\b|"
     r"\b(?:suddenly|quickly|then|eventually|soon|immediately|directly|finally|gradually|rapidly|just|would|divergence|"
@@ -127,14 +134,15 @@ _GAP_FILLER = re.compile(
     # how it moved before it broke: "the loss oscillates and then goes nan", "loss 一直震荡甚至变成 nan"
     r"\b(?:oscillat\w*|fluctuat\w*|bounc\w*)(?:\s+(?:for a while|a lot|wildly|heavily))?(?:\s+and)?\b|"
     r"(?:上下)?(?:震荡|波动|抖动)(?:不降|不下降)?|甚至|"
-    r"突然|很快|直接|一下子?|马上|立刻|立即|最终|最后|随后|然后|逐渐|慢慢|之后|后来|了|数值|值|指标|曲线|项|部分|开始|"
+    r"突然|很快|迅速|快速|直接|一下子?|马上|立刻|立即|最终|最后|随后|然后|逐渐|慢慢|之后|后来|了|数值|值|指标|曲线|项|部分|开始|"
+    r"[（(][ \t]{0,3}[A-Za-z_][\w/ ]{0,30}[)）]|"  # "损失值(loss)突然变为NaN", "梯度范数(grad_norm)也为0": the name again
     r"\bstart(?:s|ed)? (?:to be|being)\b|"  # "loss 开始为 nan", "the loss started being nan"
     r"从头到尾|自始至终|一开始就|从一开始",
     re.IGNORECASE)
 # "drops to 0", "降到 0": how a loss reaches zero (with _BAD_VALUE's "0" not followed by more digits).
 _GAP_FALL = re.compile(r"^\s*(?:就|也|都|会|will|would)?\s*"
                        r"(?:(?:drops?|dropped|falls?|fell|decrease[sd]?|collapse[sd]?)\s+(?:down\s+)?to|"
-                       r"(?:降|掉|跌|减|回落)(?:到|为|至))\s*$", re.IGNORECASE)
+                       r"(?:突降|骤降|降|掉|跌|减|回落)(?:到|为|至))\s*$", re.IGNORECASE)
 
 
 def _gap_ok(gap: str) -> bool:
@@ -448,7 +456,9 @@ _CANNOT_USE = re.compile(r"(?:不支持|用不了|不能用|无法使用|没法�
                          r"do not) support|no support for|unsupported)\s*$", re.IGNORECASE)
 
 
-_NEGATED_DTYPE = re.compile(r"(?:(?<![A-Za-z])non[- ]?|非 ?)$", re.IGNORECASE)
+_NEGATED_DTYPE = re.compile(r"(?:(?<![A-Za-z])non[- ]?|非 ?|(?:没有?|未|不)(?:使用|用|开启?|启用)\s*|"
+                            r"(?:not|never|without|didn'?t|did not|don'?t|do not)\s+(?:using\s+|use\s+)?)$", re.IGNORECASE)
+# ("没有使用bf16", "not using bf16": a dtype the run did not use)
 
 
 def _part_of(clause: str, start: int, end: int) -> str:
@@ -745,6 +755,9 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                 facts.add("symptom", "huge", "text", n, s, source)
         # The value before its metric ("nan in the loss", "a NaN eval loss"), unless said absent ("no NaN loss",
         # "there is no nan in the loss").
+        m = _NAN_GRADS.search(s) if "grad" in s.lower() else None
+        if m and not _SAID_ABSENT.search(s[max(0, m.start() - 40):m.start()]):
+            _prose_metric(facts, "gradients", "nan", n, s, source)
         for m in (_NOT_FINITE.finditer(s) if "finite" in s.lower() else ()):
             name = (m.group("m") or m.group("m2")).lower()
             name = "grad_norm" if name.startswith("grad") and " " in name else name
@@ -754,7 +767,8 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                 continue
             name = m.group("m").lower()
             if m.re is _PROSE_METRIC_ADJ:
-                name = "loss" if name.startswith("loss") else "grad_norm" if name.startswith("grad") else name
+                name = ("loss" if name.startswith("loss") else "grad_norm" if "norm" in name
+                        else "gradients" if name.startswith("grad") else name)
             _prose_metric(facts, name, m.group("v"), n, s, source, m.start("m"))  # "NaN eval loss": eval_loss
         if "first_bad_step" not in facts and from_start.search(s):
             for clause in _SENTENCE_END.split(s):
@@ -968,7 +982,7 @@ def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: s
     if name == "nll":
         name = "nll_loss"  # "the NLL term": DPO's auxiliary NLL loss (rpo_alpha) or an SFT NLL
     v = value.lower()
-    if v in ("0", "zero") or re.fullmatch(r"0\.0+", v):
+    if v in ("0", "zero", "零") or re.fullmatch(r"0\.0+", v):
         if is_loss_like(name):
             facts.add("zero_metrics", name, "text", n, s, source)
             facts.add("symptom", "zero_loss", "text", n, s, source)

@@ -154,9 +154,9 @@ def extract_config(text: str, *, recommendation: bool = False) -> list[Finding]:
             continue
         vm = _VALUE.match(text, lm.end())
         if key == "model":
-            if vm and (vm.group("word") or vm.group("qv")):
-                found.append(Finding("model", vm.group("word") or vm.group("qv"),
-                                     _snippet(text, lm.start(), vm.end()), "label", lm.start()))
+            name = normalise_value("model", vm.group("word") or vm.group("qv")) if vm else None
+            if name:  # not "base model (e.g., 30B)": the checks every model value passes
+                found.append(Finding("model", name, _snippet(text, lm.start(), vm.end()), "label", lm.start()))
             continue
         value = _value_for(key, vm)
         if value is not None and vm is not None:
@@ -226,9 +226,10 @@ _ZERO = [
 ]
 _NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
                  "sixteen": 16, "一": 1, "两": 2, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8}
+# "8卡lora训练": a Chinese unit may run straight into the next word; an English one may not.
 _NUM_GPUS = re.compile(
     rf"(?<![A-Za-z\d.])(\d{{1,3}}|{'|'.join(_NUMBER_WORDS)})[ \t]*(?:个|张|块)?[ \t]*(?:[x×*][ \t]*)?"
-    rf"(?:(?:{GPU_MODELS})[ \t]*)?(?:GPUs?|卡|显卡|NPUs?|cards?|{GPU_MODELS})(?![A-Za-z0-9])", re.IGNORECASE)
+    rf"(?:(?:{GPU_MODELS})[ \t]*)?(?:(?:GPUs?|NPUs?|cards?|{GPU_MODELS})(?![A-Za-z0-9])|显?卡)", re.IGNORECASE)
 _VERSION = re.compile(
     r"(?<![A-Za-z0-9_-])(PyTorch|torch|DeepSpeed|transformers|trl|flash[-_ ]?attn|flash[-_ ]?attention|ms-swift|swift|"
     r"OpenRLHF|xtuner|LLaMA-Factory|llamafactory|verl|vllm|peft|accelerate)\s*(?:==|=|:|版本|version|v)?\s*v?"
