@@ -8,6 +8,7 @@ import json
 import math
 import re
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 from kb.canonical import (
@@ -61,8 +62,6 @@ def _unwrap(toks: list[str], i: int = 0) -> int:
 _SHELL_ASSIGN = re.compile(r"^[ \t]*(?:export[ \t]+)?(?P<k>[A-Za-z_]\w*)=(?P<v>\"[^\"$`]*\"|'[^']*'|[^\s$`;&|]+)[ \t]*$")
 # Which devices a launcher sees: NVIDIA, Ascend NPUs, AMD ROCm.
 _VISIBLE_DEVICES = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
-_EXPORTED_GPUS = re.compile(r"^[ \t]*(?:export[ \t]+)?(NPROC_PER_NODE|" + "|".join(_VISIBLE_DEVICES) +
-                            r")=[\"']?([\d,]+)[\"']?[ \t]*$")
 _SHELL_REF = re.compile(r"\$(?:\{(?P<b>[A-Za-z_]\w*)\}|(?P<p>[A-Za-z_]\w*))")
 
 
@@ -75,23 +74,38 @@ def commented_setting(s: str) -> bool:
     if m is None:
         return False
     key = m.group("f") or m.group("k")
-    return canonical_key(key) is not None or key.lower() in ("fp16", "bf16", "flash_attn", "deepspeed")
+    return canonical_key(key) is not None or key.lower() in PRECISION_FLAGS
 
 
-def shell_variables(lines: list[tuple[int, str]]) -> dict[str, str]:
-    """The paste's own `NAME=value` assignments (the last one wins), to read `$NAME` in its commands."""
-    out: dict[str, str] = {}
-    for _, s in lines:
+def shell_variables(lines: list[tuple[int, str]]) -> dict[str, tuple[str, int, str]]:
+    """The paste's own `NAME=value` assignments (the last one wins) -> (value, line, text): `$NAME` in its commands
+    reads them, and `export CUDA_VISIBLE_DEVICES=...` before the launcher says how many devices it sees."""
+    out: dict[str, tuple[str, int, str]] = {}
+    for n, s in lines:
         if "=" in s and len(s) < 500:
             m = _SHELL_ASSIGN.match(s)
             if m:
-                out[m.group("k")] = m.group("v").strip("'\"")
+                out[m.group("k")] = (m.group("v").strip("'\""), n, s.strip())
     return out
 
 
-def _expand(v: str, shell: dict[str, str]) -> str:
+def _launch_devices(env: Mapping[str, str], facts: Facts, n: int, detail: str, source: str) -> None:
+    """NPROC_PER_NODE, else the devices a launcher is shown (`CUDA_VISIBLE_DEVICES=0,1`, Ascend's and ROCm's)."""
+    if env.get("NPROC_PER_NODE"):
+        _set_config(facts, "nproc_per_node", env["NPROC_PER_NODE"], n, detail, source)
+        return
+    visible = next((env[v] for v in _VISIBLE_DEVICES if env.get(v)), None)
+    if visible and re.fullmatch(r"\d+(?:,\d+)*", visible):
+        facts.set("num_gpus", len(visible.split(",")), "config", n, detail, source)
+
+
+def _expand(v: str, shell: dict[str, tuple[str, int, str]]) -> str:
     """`$NAME` / `${NAME}` replaced by the paste's own value; one that stays unknown is left for _set_config to drop."""
-    return _SHELL_REF.sub(lambda m: shell.get(m.group("b") or m.group("p")) or m.group(0), v) if "$" in v else v
+    def value(m: re.Match[str]) -> str:
+        got = shell.get(m.group("b") or m.group("p"))
+        return got[0] if got and got[0] else m.group(0)
+
+    return _SHELL_REF.sub(value, v) if "$" in v else v
 
 
 _SCRIPT_ALGO = re.compile(r"(?:^|[/_\-])(sft|dpo|kto|orpo|simpo|cpo|ipo|ppo|grpo|rm|reward_modeling|reward|pretrain|"
@@ -413,7 +427,8 @@ def _variable_argument(s: str, m: re.Match) -> bool:
     return before.count("(") > before.count(")")
 
 
-def inline(lines: list[tuple[int, str]], facts: Facts, source: str, shell: dict[str, str] | None = None) -> None:
+def inline(lines: list[tuple[int, str]], facts: Facts, source: str,
+           shell: dict[str, tuple[str, int, str]] | None = None) -> None:
     """`key=value` inside Python calls and prose, `--flag value` fragments, `model.half()`, autocast."""
     shell = shell or {}
     for i, (n, s) in enumerate(lines):
@@ -485,7 +500,7 @@ def logical_commands(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
     return out
 
 
-def command(n: int, cmd: str, facts: Facts, source: str, shell: dict[str, str] | None = None) -> None:
+def command(n: int, cmd: str, facts: Facts, source: str, shell: dict[str, tuple[str, int, str]] | None = None) -> None:
     detail = cmd if len(cmd) < 300 else cmd[:297] + "…"
     shell = shell or {}
     try:
@@ -497,11 +512,7 @@ def command(n: int, cmd: str, facts: Facts, source: str, shell: dict[str, str] |
         k, _, v = toks.pop(0).partition("=")
         env[k] = v
     del toks[:_unwrap(toks)]
-    visible = next((env[v] for v in _VISIBLE_DEVICES if env.get(v)), None)
-    if "NPROC_PER_NODE" in env:
-        _set_config(facts, "nproc_per_node", env["NPROC_PER_NODE"], n, detail, source)
-    elif visible:
-        facts.set("num_gpus", len(visible.split(",")), "config", n, detail, source)
+    _launch_devices(env, facts, n, detail, source)
     m = re.search(r"--include[ =]['\"]?[\w.\-]+:(\d+(?:,\d+)*)['\"]?(?:\s|$)", cmd) if "--include" in cmd else None
     if m and "num_gpus" not in facts:  # `deepspeed --include localhost:1,2,3`: one host, three devices
         facts.set("num_gpus", len(m.group(1).split(",")), "config", n, detail, source)
@@ -575,11 +586,10 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     shell = shell_variables(lines)
     for n, cmd in logical_commands(lines):
         command(n, cmd, facts, source, shell)
-    for n, s in lines:  # `export CUDA_VISIBLE_DEVICES=1,2,3` on a line of its own, before the launcher
-        m = _EXPORTED_GPUS.match(s) if "_" in s else None
-        if m and m.group(1) == "NPROC_PER_NODE":
-            _set_config(facts, "nproc_per_node", m.group(2), n, s.strip(), source)
-        elif m and "num_gpus" not in facts and re.fullmatch(r"\d+(?:,\d+)*", m.group(2)):
-            facts.set("num_gpus", len(m.group(2).split(",")), "config", n, s.strip(), source)
+    exported = [k for k in ("NPROC_PER_NODE", *_VISIBLE_DEVICES) if k in shell]
+    if exported and "num_gpus" not in facts and "nproc_per_node" not in facts:
+        # `export CUDA_VISIBLE_DEVICES=1,2,3` on a line of its own, before the launcher
+        _, n, line = shell[exported[0]]
+        _launch_devices({k: shell[k][0] for k in exported}, facts, n, line, source)
     structured(lines, facts, source)
     inline(lines, facts, source, shell)

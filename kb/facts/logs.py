@@ -312,9 +312,8 @@ def _logged_learning_rate(records: list[Record], facts: Facts, source: str) -> N
     # a paste cut short mid-number ("'learning_rate': 9.9879" of 9.9879e-06) stands orders of magnitude above the
     # rest; a warmup's ramp (3e-08 up to 1e-04) does not
     best_v, best = max(((v, r) for v, r in logged if v <= 10_000 * low), key=lambda x: x[0])
-    if best is not None:
-        facts.set("learning_rate", best_v, "log", best.line, f"the highest learning rate logged: {best.text.strip()}",
-                  source)
+    facts.set("learning_rate", best_v, "log", best.line, f"the highest learning rate logged: {best.text.strip()}",
+              source)
 
 
 def _first_bad_step(logged: list[Record], bad: list[Record], facts: Facts, source: str) -> None:

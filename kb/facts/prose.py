@@ -338,7 +338,7 @@ def _off_words(s: str, start: int, end: int) -> bool:
     return bool(_OFF_BEFORE.search(s[max(0, start - 24):start]) or _OFF_AFTER.search(s[end:end + 16]))
 
 
-_SETTING_AFTER = re.compile(r"[\w.\-]*[\"']?[ \t]*(?:[:=]|[ \t]\d)")
+_NAME_THEN_VALUE = re.compile(r"[\w.\-]*[\"']?[ \t]{0,40}(?:[:=]|(?<=[ \t])\d)")  # bounded: linear under search
 
 
 def _in_setting_name(s: str, start: int, end: int) -> bool:
@@ -348,7 +348,7 @@ def _in_setting_name(s: str, start: int, end: int) -> bool:
     while head > 0 and (s[head - 1].isascii() and (s[head - 1].isalnum() or s[head - 1] in "_.-")):
         head -= 1
     named = s[head:end] != s[start:end] or re.match(r"[\w.]", s[end:end + 1] or " ") is not None
-    return named and (s[head:head + 2] == "--" or _SETTING_AFTER.match(s, end) is not None)
+    return named and (s[head:head + 2] == "--" or _NAME_THEN_VALUE.match(s, end) is not None)
 
 
 def _said_off(s: str, start: int, end: int) -> bool:
