@@ -85,7 +85,8 @@ ADVERSARIAL = {
 
 
 # Patterns the library only ever anchors at one position (`.match(text, pos)` right after a label), never scans.
-MATCH_ONLY = {"kb.facts.statements._VALUE", "kb.facts.prose._SETTING_AFTER", "kb.facts.prose._NAME_THEN_VALUE"}
+MATCH_ONLY = {"kb.facts.statements._VALUE", "kb.facts.prose._SETTING_AFTER", "kb.facts.prose._NAME_THEN_VALUE",
+              "kb.facts.prose._METRIC_VALUE_AFTER"}
 
 
 def _work(rx: re.Pattern[str], text: str, scan: bool = True) -> float:

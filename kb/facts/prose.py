@@ -415,9 +415,13 @@ _ALGO_RX = [(name, re.compile(r"(?<!after )(?<!经过)(?:" + rx.pattern + ")" + 
 _ALGO_RX = [(name, re.compile(r"(?:" + rx.pattern + r")(?!\s*(?:models?\b|模型|权重|weights?\b|checkpoints?\b|ckpt))",
                               rx.flags)) if name == "pretrain" else (name, rx) for name, rx in _ALGO_RX]
 # A logged metric's path names the trainer's bookkeeping, not the algorithm: verl logs `actor/ppo_kl: ...` for GRPO
-# runs too (a script's path still names it: examples/ppo_trainer/, scripts/reward_modeling.py).
-_ALGO_RX = [(name, re.compile(r"(?<!/)(?:" + rx.pattern + r")|(?<=/)(?:" + rx.pattern + r")(?![\w/]*['\"]?[ \t]*[:=])",
-                              rx.flags)) for name, rx in _ALGO_RX]
+# runs too (a script's path still names it: examples/ppo_trainer/, scripts/reward_modeling.py). Checked per match in
+# _run_algorithm: folded into each name's pattern it cost every paste a slower scan.
+_METRIC_VALUE_AFTER = re.compile(r"[\w/]*['\"]?[ \t]*[:=]")
+
+
+def _in_metric_path(text: str, m: re.Match[str]) -> bool:
+    return m.start() > 0 and text[m.start() - 1] == "/" and _METRIC_VALUE_AFTER.match(text, m.end()) is not None
 _FW_RX = [(name, _alias_regex(a)) for name in _FW_ORDER for a in (name.lower(), *FRAMEWORKS.get(name, ()))
           if a not in _FW_AMBIGUOUS or name in ("DeepSpeed", "transformers")]
 # A lowercase word every match of a name regex contains (None: no cheap pre-test).
@@ -584,7 +588,7 @@ def _run_algorithm(joined: _Joined) -> tuple[str, int, str] | None:
         hint = _HINTS.get(rx)
         if hint and hint not in joined.low:
             continue
-        m = rx.search(joined.text)
+        m = next((m for m in rx.finditer(joined.text) if not _in_metric_path(joined.text, m)), None)
         if m is not None:
             found.append((m.start(), order, name, m.end()))
     found.sort()
