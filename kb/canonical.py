@@ -28,6 +28,8 @@ _DTYPE = {
     "fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16", "torch.half": "fp16", "16": "fp16",
     "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
     "fp32": "fp32", "float32": "fp32", "float": "fp32", "torch.float32": "fp32", "32": "fp32", "full": "fp32",
+    # FP8 training (TransformerEngine, torchao float8, MXFP8 recipes): its GEMMs run in 8 bits beside bf16 weights
+    "fp8": "fp8", "float8": "fp8", "mxfp8": "fp8", "torch.float8_e4m3fn": "fp8",
     "auto": "auto",
 }
 
@@ -58,7 +60,8 @@ FACTS: tuple[FactSpec, ...] = (
     FactSpec("zero_stage", "int", ("zero_stage", "zero_optimization.stage", "stage3", "ds_stage"),
              "DeepSpeed ZeRO stage"),
     FactSpec("overlap_comm", "bool", ("overlap_comm", "zero_optimization.overlap_comm"), "DeepSpeed overlap_comm"),
-    FactSpec("num_gpus", "int", ("num_gpus", "nproc_per_node", "gpus", "n_gpus", "world_size", "trainer.n_gpus_per_node"),
+    FactSpec("num_gpus", "int", ("num_gpus", "nproc_per_node", "gpus", "n_gpus", "world_size", "trainer.n_gpus_per_node",
+                                 "num_gpus_per_node", "gpus_per_node", "gpu_number", "gpu number"),
              "GPUs per node"),
     FactSpec("num_nodes", "int", ("num_nodes", "nnodes", "trainer.nnodes"), "nodes"),
     # --- lengths ---------------------------------------------------------------------------------------
@@ -66,11 +69,12 @@ FACTS: tuple[FactSpec, ...] = (
              ("max_length", "max_len", "cutoff_len", "max_seq_len", "max_seq_length", "model_max_length",
               "seq_length", "max_sequence_length", "data.max_length", "sequence_len", "seq_len"),
              "maximum total sequence length"),
-    FactSpec("max_prompt_length", "int", ("max_prompt_length", "max_prompt_len", "prompt_max_len", "data.max_prompt_length"),
+    FactSpec("max_prompt_length", "int", ("max_prompt_length", "max_prompt_len", "prompt_max_len", "data.max_prompt_length",
+                                          "max_input_length"),
              "maximum prompt length"),
     FactSpec("max_completion_length", "int",
              ("max_completion_length", "max_response_length", "max_target_length", "generate_max_len",
-              "data.max_response_length"),
+              "data.max_response_length", "max_output_length"),
              "maximum completion / response length"),
     FactSpec("truncation_mode", "str", ("truncation_mode",), "which end is kept when truncating"),
     FactSpec("completion_only_loss", "bool", ("completion_only_loss", "train_on_prompt", "mask_prompt"),
@@ -92,7 +96,8 @@ FACTS: tuple[FactSpec, ...] = (
              "KL estimator (k1, k2, k3 / low_var_kl, mse)",
              {"low_var_kl": "k3", "k3": "k3", "k1": "k1", "kl": "k1", "k2": "k2", "mse": "k2", "abs": "abs",
               "k3+": "k3"}),
-    FactSpec("kl_coef", "float", ("kl_coef", "kl_loss_coef", "init_kl_coef", "actor_rollout_ref.actor.kl_loss_coef"),
+    FactSpec("kl_coef", "float", ("kl_coef", "kl_loss_coef", "init_kl_coef", "actor_rollout_ref.actor.kl_loss_coef",
+                                  "reference_policy_kl_penalty"),
              "KL coefficient"),
     # --- attention / model -----------------------------------------------------------------------------
     FactSpec("attn_implementation", "str",
@@ -140,7 +145,8 @@ FACTS: tuple[FactSpec, ...] = (
     FactSpec("peft_version", "version", ("peft", "peft_version"), "PEFT version"),
     FactSpec("gpu", "str", ("gpu", "gpu_name", "device_name"), "GPU model"),
     FactSpec("num_generations", "int", ("num_generations", "n_samples_per_prompt", "group_size",
-                                        "actor_rollout_ref.rollout.n", "rollout.n", "rollout_n"),
+                                        "actor_rollout_ref.rollout.n", "rollout.n", "rollout_n",
+                                        "num_generations_per_prompt", "n_resp_per_prompt"),
              "completions sampled per prompt (GRPO group size)"),
     FactSpec("zero_hpz_partition_size", "int", ("zero_hpz_partition_size", "zero_optimization.zero_hpz_partition_size"),
              "DeepSpeed ZeRO++ hierarchical partition size"),
@@ -373,7 +379,24 @@ FRAMEWORKS: dict[str, tuple[str, ...]] = {
     "slime": ("thudm/slime",),
     "PaddleNLP": ("paddlenlp",),
     "MindSpeed-LLM": ("mindspeed-llm", "mindspeed"),
+    # NVIDIA's stack and other trainers of the case base, named in raw reports ("Megatron-Bridge", "NeMo
+    # Automodel", "transformer_engine", "mlx_lm"). "NeMo" alone is also a model (Mistral-Nemo) and "ROLL" a word:
+    # only their qualified spellings name the framework in prose (NAMES_THAT_ARE_WORDS).
+    "Megatron-Bridge": ("megatron-bridge", "megatron bridge", "mbridge"),
+    "NeMo Automodel": ("nemo automodel", "nemo-automodel"),
+    "NeMo": ("nemo", "nvidia nemo", "nemo megatron", "nemo framework", "nemo toolkit", "nemo_toolkit", "nemo 2.0", "nemo2"),
+    "TransformerEngine": ("transformerengine", "transformer engine", "transformer-engine"),
+    "mlx-lm": ("mlx-lm", "mlx lm"),
+    "InternEvo": ("internevo",),
+    "llm-foundry": ("llm-foundry", "llm foundry", "llmfoundry"),
+    "prime-rl": ("prime-rl", "prime rl"),
+    "open-instruct": ("open-instruct", "open instruct"),
+    "ROLL": ("roll", "alibaba/roll", "alibaba roll"),
 }
+
+# Frameworks' bare names that are also a model or a word: a report's prose does not name the framework by them, and
+# the text classifiers do not mask them as tool names.
+NAMES_THAT_ARE_WORDS = frozenset({"nemo", "roll"})
 
 ALGORITHMS: dict[str, tuple[str, ...]] = {
     "SFT": ("sft", "supervised fine-tuning", "supervised finetuning", "指令微调", "监督微调"),
@@ -450,7 +473,7 @@ PROSE_LABELS: dict[str, str] = {
     "学习率": "learning_rate", "learning rate": "learning_rate",
     "微训练批次大小": "micro_batch_size", "微批次大小": "micro_batch_size", "微批大小": "micro_batch_size",
     "每卡批次大小": "micro_batch_size", "单卡批次大小": "micro_batch_size", "每设备批次大小": "micro_batch_size",
-    "批次大小": "micro_batch_size", "批大小": "micro_batch_size", "micro batch size": "micro_batch_size",
+    "批次大小": "micro_batch_size", "批大小": "micro_batch_size", "批量大小": "micro_batch_size", "micro batch size": "micro_batch_size",
     "micro-batch size": "micro_batch_size", "per-device batch size": "micro_batch_size",
     "per device batch size": "micro_batch_size", "batch size per device": "micro_batch_size",
     "batch size per gpu": "micro_batch_size", "batch size": "micro_batch_size",
@@ -550,7 +573,7 @@ ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
         ("masked_row_nan", (r"(?:fully|entirely|completely)[- ]masked (?:rows?|quer(?:y|ies))|"
                            r"rows? (?:is |are )?(?:fully|completely|entirely) masked|all[- ]masked rows?"), True),
         # "OOM" as a word: bloom-560m and BLOOM are models, not out-of-memory reports.
-        ("cuda_oom", r"CUDA out of memory|OutOfMemoryError|out of memory|显存不足|(?<![A-Za-z])OOM\b", False),
+        ("cuda_oom", r"CUDA out of memory|OutOfMemoryError|out of memory|显存不足|(?<![A-Za-z_])OOM\b", False),  # not Megatron's `max_tokens_to_oom` argument
         ("import_error", r"ModuleNotFoundError|ImportError|No module named|cannot import name", False),
         ("pip_error", (r"Could not find a version that satisfies|ResolutionImpossible|Failed building wheel|"
                       r"subprocess-exited-with-error|pip install.{0,40}(?:fail|error)|dependency conflicts"), False),
@@ -611,16 +634,16 @@ DENIED_BEFORE = re.compile(r"(?:\bnot (?:a|an|on|the|on an?)|\bisn'?t (?:a|an)|�
 
 # Dtype words in prose, and the canonical dtype each names.
 DTYPE_WORD = re.compile(r"(?<![A-Za-z0-9_])(fp16|float16|half[- ]precision|半精度|bf16|bfloat16|fp32|float32|"
-                         r"full[- ]precision|全精度|单精度)(?![A-Za-z0-9_])", re.IGNORECASE)
+                         r"full[- ]precision|全精度|单精度|fp8|float8|mxfp8)(?![A-Za-z0-9_])", re.IGNORECASE)
 DTYPE_OF_WORD = {"fp16": "fp16", "float16": "fp16", "half precision": "fp16", "half-precision": "fp16", "半精度": "fp16",
              "bf16": "bf16", "bfloat16": "bf16", "fp32": "fp32", "float32": "fp32", "full precision": "fp32",
-             "full-precision": "fp32", "全精度": "fp32", "单精度": "fp32"}
+             "full-precision": "fp32", "全精度": "fp32", "单精度": "fp32", "fp8": "fp8", "float8": "fp8", "mxfp8": "fp8"}
 
 # Model families, most specific first: (family key, pattern).
 MODEL_FAMILIES = (
-    ("qwen3.5", r"qwen[-_ ]?3[._]5"), ("qwen2.5", r"qwen[-_ ]?2[._]5"), ("qwen3", r"qwen[-_ ]?3"), ("qwen2", r"qwen[-_ ]?2"), ("qwen", r"qwen"),
+    ("qwen3.5", r"qwen[-_ ]?3[._]5"), ("qwen2.5", r"qwen[-_ ]?2(?:[._]5|5(?!\d))"), ("qwen3", r"qwen[-_ ]?3(?!\d)"), ("qwen2", r"qwen[-_ ]?2(?!\d)"), ("qwen", r"qwen"),
     ("llama3", r"llama[-_ ]?3(?![\d])"), ("llama2", r"llama[-_ ]?2(?![\d])"), ("tinyllama", r"tinyllama"), ("llava", r"llava"),
-    ("llama", r"llama"), ("gemma2", r"gemma[-_ ]?2"), ("gemma3", r"gemma[-_ ]?3"), ("gemma", r"gemma"),
+    ("llama", r"llama"), ("gemma2", r"gemma[-_ ]?2(?!\d|b\b)"), ("gemma3", r"gemma[-_ ]?3(?!\d)"), ("gemma", r"gemma"),
     ("internlm2", r"internlm[-_ ]?2"), ("internlm", r"internlm"), ("mixtral", r"mixtral"), ("mistral", r"mistral"),
     ("baichuan2", r"baichuan[-_ ]?2"), ("baichuan", r"baichuan"), ("deepseek", r"deepseek"), ("chatglm", r"chatglm"),
     ("glm4", r"glm[-_ ]?4"), ("yi", r"\byi[-_ ]\d"), ("phi", r"\bphi[-_ ]?\d"), ("bloom", r"bloom"),
@@ -641,7 +664,7 @@ MODEL_NAMES_NEED_VERSION = {"glm", "yi", "phi", "opt", "bloom", "falcon"}
 
 # GPU names in env dumps and prose; the ones without bf16 support make fp16 the only half precision.
 GPU_MODELS = (r"V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A6000|L40S?|L4|L20|A40|GB[23]00|GH200|B[12]00|"
-              r"(?i:[ahv]100|[ah]800)|"  # typed in lower case: "2 a800 GPU"
+              r"(?i:[ahv]100|[ah]800|h200?)|"  # typed in lower case: "2 a800 GPU", "使用h20卡"
               r"(?:RTX|GeForce(?: RTX)?)\s?[2345]0[6789]0(?:\s?Ti)?|(?:Ascend\s?)?910B[A-Za-z0-9]*|MI\s?\d{3}X?|TITAN\s?V|GTX\s?1080")
 # ASCII boundaries: in "在A100上训练" the name sits between Chinese characters, which `\b` counts as word characters.
 # A bare "4090" counts only after a count of cards ("2张4090", "8*4090") or before "显卡" / "GPU": step counters
@@ -657,7 +680,7 @@ def gpu_name(raw: str) -> str:
     "RTX 4090"."""
     name = re.sub(r"^Ascend ?", "", re.sub(r"\s+", " ", raw.strip()))  # "Ascend910B2C" -> "910B2C"
     name = re.sub(r"^MI (?=\d)", "MI", name)  # "8 MI 250 GPUs"
-    if re.fullmatch(r"[ahv]\d{3}", name):
+    if re.fullmatch(r"[ahv]\d{3}|h20", name):
         return name.upper()
     return f"RTX {name}" if re.fullmatch(r"[2345]0[6789]0(?: ?Ti|D)?", name) else name
 

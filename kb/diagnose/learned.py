@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kb.canonical import FRAMEWORKS, KERNEL_WORD, OUT_OF_SCOPE_ERRORS
+from kb.canonical import FRAMEWORKS, KERNEL_WORD, NAMES_THAT_ARE_WORDS, OUT_OF_SCOPE_ERRORS
 from kb.cases import Case
 from kb.facts import Facts
 from kb.facts.logs import env_facts
@@ -384,7 +384,7 @@ def tool_names(cases: Sequence[Case]) -> tuple[str, ...]:
     Names that also say something else stay: a kernel ("flash-attention", "liger-kernel"), an optimizer ("adopt"), a
     model family ("qwen2.5-vl", "moe-llava"), and a short project name that is also a word or a library ("roll",
     "apex", "peft")."""
-    known = {n.lower() for name, aliases in FRAMEWORKS.items() for n in (name, *aliases)}
+    known = {n.lower() for name, aliases in FRAMEWORKS.items() for n in (name, *aliases)} - NAMES_THAT_ARE_WORDS
     projects = {c.framework.name.strip().lower() for c in cases}
     projects = {n for n in projects if len(n) > 4 and "unknown" not in n and not names_model_family(n)}
     return tuple(sorted((n for n in known | projects if len(n) >= 3 and not _NOT_A_TOOL.search(n)),

@@ -213,6 +213,10 @@ def _line_of(lines: list[tuple[int, str]], key: str, default: int) -> int:
     return default
 
 
+# Megatron's argument dump at start-up: `  micro_batch_size ................................ 8`.
+_DOTTED_ARG = re.compile(r"^[ \t]*(?:\[[^\]\n]{0,40}\][ \t]*)?(?P<k>[a-z_][a-z0-9_]{1,60}) \.{3,}[ \t]?(?P<v>[^\s.][^\s]{0,80})[ \t]*$")
+
+
 def structured(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     """YAML and pretty-printed JSON (nested keys become dotted paths) plus `key = value` lines."""
     # (indent, key, opened with a brace): a JSON block pasted flush left ("ds_config.json为:" then `{` /
@@ -239,6 +243,11 @@ def structured(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             if isinstance(obj, dict) and not any(str(k).lower() in _RECORD_KEYS for k in obj):  # a log record is no config
                 for sub, sv in flatten(obj):
                     _set_config(facts, sub, sv, n, stripped[:300], source)
+            continue
+        m = _DOTTED_ARG.match(s) if "..." in s else None
+        if m:
+            if m.group("v") not in ("None", "none"):
+                _set_config(facts, m.group("k"), m.group("v"), n, stripped, source)
             continue
         m = _BLOCK_OPEN.match(s)
         if m:

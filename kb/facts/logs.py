@@ -319,8 +319,9 @@ def _logged_learning_rate(records: list[Record], facts: Facts, source: str) -> N
 def _first_bad_step(logged: list[Record], bad: list[Record], facts: Facts, source: str) -> None:
     """The step of the first record with a bad value (`logged`: log lines, and sentences that name their step:
     "loss NaN at step 4"): the record's own counter; on a line that continues the line before it (a wrapped verl
-    line: "step:83 - ..." then "actor/kl_loss:nan - ..."), that line's counter; the record's number only when the
-    records carry no counter at all and the paste starts the run."""
+    line: "step:83 - ..." then "actor/kl_loss:nan - ..."), that line's counter; a bad record without a counter
+    among records with one (a title's "grad_norm: nan" above the log) is passed over; the record's number only when
+    the records carry no counter at all and the paste starts the run."""
     stepped = any(r.step is not None for r in logged)
     bad_ids = {id(b) for b in bad}  # a set: a 50 MB log holds hundreds of thousands of records
     for k, r in enumerate(logged):
@@ -332,7 +333,9 @@ def _first_bad_step(logged: list[Record], bad: list[Record], facts: Facts, sourc
         elif prev is not None and prev.step is not None and prev.line == r.line - 1:
             facts.set("first_bad_step", prev.step, "log", r.line, f"step {prev.step}: {prev.text.strip()} / "
                       f"{r.text.strip()}", source)
-        elif not stepped and _from_the_start(logged):
+        elif stepped:
+            continue  # a title's "grad_norm: nan" before the log: the log's own counter says when
+        elif _from_the_start(logged):
             facts.set("first_bad_step", k + 1, "log", r.line, f"record #{k + 1}: {r.text.strip()}", source)
         return
 
@@ -358,8 +361,15 @@ def _from_the_start(records: list[Record]) -> bool:
 _PROSE_RUN = re.compile(r"(?:\b[A-Za-z]+\b[ ,]+){3}\b[A-Za-z]+\b(?![:=(\[])|[\u4e00-\u9fff]{2}")
 
 
+# An issue title's tag: "[BUG] FP8+PP+Recompute+GA>1, loss = nan" is a title, not a log line.
+_TITLE_TAG = re.compile(r"^\s*\[(?:bug|question|help|qa|feature|discussion|usage|issue)\b[^\]\n]{0,20}\]", re.IGNORECASE)
+
+
 def _prose(r: Record) -> bool:
-    """The record was read from a sentence (its text less its values has a run of plain words or Chinese)."""
+    """The record was read from a sentence (its text less its values has a run of plain words or Chinese), or from
+    an issue title."""
+    if _TITLE_TAG.match(r.text):
+        return True
     rest = r.text
     for v in r.raw.values():
         rest = rest.replace(v, " ")
@@ -380,6 +390,9 @@ _PKG = re.compile(r"(?<![\w\-])(?P<pkg>[A-Za-z][\w\-]*)`?[ \t]*(?P<op>==|=|>=|~=
                   r"(?P<ver>v?\d+(?:\.\d+)+"
                   r"[\w+\-]*(?:\.[\w+\-]+)*)", re.IGNORECASE)
 _PIP_LIST = re.compile(r"^\s*(?P<pkg>[A-Za-z][\w\-]*)\s{2,}(?P<ver>v?\d+(?:\.\d+)+[\w+\-]*(?:\.[\w+\-]+)*)\s*$")
+# An environment list's GPU count ("- GPU number: 8", "GPU数量：8").
+_GPU_COUNT_ENV = re.compile(r"^[\s>*-]*(?:GPU[ _]?(?:number|count|num)|Number of GPUs|GPU数量|显卡数量|卡数)\s*[:：]\s*(?P<n>\d{1,4})\s*$",
+                            re.IGNORECASE)
 _TORCH_ENV = re.compile(r"PyTorch version(?:\s*\(GPU\?\))?\s*:\s*(?P<ver>\d+(?:\.\d+)+[\w+\-]*(?:\.[\w+\-]+)*)", re.IGNORECASE)
 def env_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     for n, s in lines:
@@ -396,6 +409,9 @@ def env_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         m = _TORCH_ENV.search(s)
         if m:
             facts.set("torch_version", m.group("ver"), "env", n, m.group(0), source)
+        m = _GPU_COUNT_ENV.match(s) if "num_gpus" not in facts else None
+        if m and int(m.group("n")) > 0:
+            facts.set("num_gpus", int(m.group("n")), "env", n, m.group(0).strip(), source)
         # a sentence may name GPUs it compares ("之前在 V100 上正常", "it's not a V100"): kb.facts.statements reads those
         m = None if _PROSE_RUN.search(s) else next(
             (g for g in GPU_NAME.finditer(s) if not DENIED_BEFORE.search(s[max(0, g.start() - 16):g.start()])), None)

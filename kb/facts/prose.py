@@ -16,6 +16,7 @@ from kb.canonical import (
     HUGE_VALUE,
     LIGHTNING_PRECISION,
     MODEL_FAMILIES,
+    NAMES_THAT_ARE_WORDS,
     SAID_FINE,
     SWITCH_OFF,
     WENT_BAD,
@@ -31,6 +32,8 @@ from kb.facts.prefilter import Haystack, fold
 # A clause that reports a dtype as working is the fix, not the failing run.
 _GOOD = re.compile(r"\b(?:correct|works?|worked|working|fine(?![- _]?tun)|ok|okay|normal|solved|fix(?:es|ed)?|no (?:nan|problem)|"
                    r"is good|succeed\w*|stable|instead|try|should)\b|正常|没问题|不会有问题|可以|解决|work了|好了|试试|"
+                   r"\b(?:did not|didn'?t|does not|doesn'?t) (?:encounter|have|hit|see|show|run into) (?:any |the |this )?"
+                   r"(?:issues?|problems?|nans?)\b|"
                    r"换成|改成|调整到|改为", re.IGNORECASE)
 _INFERENCE = re.compile(r"inference|推理|generat(?:e|ion) only", re.IGNORECASE)
 _MODEL_HALF = re.compile(r"model\s+(?:(?:is|was|being)\s+)?(?:(?:run|held|kept|stored)\s+)?(?:in|to|with|as)\s+"
@@ -76,7 +79,7 @@ _LENGTH_NORM = re.compile(r"length[- ]normali[sz]\w*|average[_ ]log[_ ]?probs?|a
 # "normal", "apply" and "accelerate" (which hold kl, norm, ppl and acc) are none.
 _METRIC_NAME = (r"(?:(?:[A-Za-z]+[_/])*(?:[A-Za-z]*(?:loss|norm)(?:es|s)?|kld?|acc|accuracy|rewards?|logps|logits|"
                 r"margins?|x?entropy|ppl|nll)\d*(?:[_/][A-Za-z0-9]+)*(?![A-Za-z0-9]))")
-_BAD_VALUE = r"(?:(?i:nan|inf|infinity)|无穷大?|0(?:\.0+)?(?![\d.])|zero|零(?![点.]))"  # "kl变为Nan" too
+_BAD_VALUE = r"(?:(?i:nans?|inf|infinity)|无穷大?|0(?:\.0+)?(?![\d.])|zero|零(?![点.]))"  # "kl变为Nan" too
 _PROSE_METRIC = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")(?=(?P<gap>[^\n,，。.;；=]{0,30}?)"
                            r"(?<![A-Za-z0-9_.])(?P<v>" + _BAD_VALUE + r")(?![A-Za-z0-9_]))", re.IGNORECASE)
 # The same with a metric named in Chinese: "损失变成 nan", "梯度范数一直为 0", "验证集上的损失为 nan", "奖励变为 nan"
@@ -110,6 +113,7 @@ _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes?(?
                      r"stays?|remains?|always|keeps?|got|gets|shows?|reports?|of|to|equals?|=|:|：|一直|都|总|变|变为|"
                      r"(?:to )?be|"  # "loss always be nan", "the loss seems to be nan"
                      r"(?:came|comes?|turned|turns?) out|"  # "the evaluation loss came out NaN"
+                     r"(?:jump(?:s|ed)?|shoots?|shot|spike[sd]?|explode[sd]?|blows? up|blew up)\s+(?:up\s+)?to|"  # "jumps to NaN"
                      r"变成|为|是|出现|会|就|直接|也|and [\w/]+ (?:will be|are|were|become)|一直为|一直是|"
                      r"全程|始终|全部|全都|均|"
                      # "loss 和 grad_norm 一直为 0", "loss、grad_norm 都是 nan", "loss and grad_norm are 0"
@@ -124,6 +128,7 @@ _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes?(?
 _GAP_FILLER = re.compile(
     r"在?从?第\s*(?:\d+|[一二三四五六七八九十两]+)\s*(?:步|个?\s*steps?|轮|个?\s*epochs?)\s*(?:后|之后|以后|时|开始|起)?|"
     r"在?(?:训练)?(?:几|数|一些|若干)\s*(?:步|个?\s*steps?|轮)\s*(?:后|之后|以后)?|"
+    r"(?:训练|跑)?(?:了)?(?:一会儿?|一段时间|一阵子?|一段|几个小时)(?:后|之后|以后)?|"  # "loss训练一会后变成nan"
     r"在?(?:约|大约|大概)?[ \t]{0,3}\d{1,7}[ \t]{0,3}(?:步|个?[ \t]{0,3}steps?|轮)[ \t]{0,3}(?:后|之后|以后|时)|"  # "在约114步后突降至0"
     r"\b(?:after|within|in)\s+(?:the\s+)?(?:a few|several|some|\d+|first|one|two|three)\s+(?:\w+\s+)?"
     r"(?:steps?|iterations?|epochs?)\b|"
@@ -162,7 +167,8 @@ _FROM_START = re.compile(r"from the (?:very )?(?:first|1st) (?:step|iteration)|(
                          re.IGNORECASE)
 # "NaN at step 300", "from step 120 on", "第二步开始就是 0": a later first bad step, said in words.
 _AT_STEP = re.compile(r"\b(?:(?:at|from|since|starting (?:at|from)|on|after|around|about|comes to|reach(?:es|ed|ing)?) "
-                      r"(?:the )?(?:step|iteration|iter)(?: ?= ?| )(\d{1,7})|after (?:about |around |roughly |approximately |~ ?)?(\d{1,7}) (?:training )?"
+                      r"(?:the )?(?:step|iteration|iter)(?: ?= ?| )(\d{1,3}(?:,\d{3}){1,2}(?!\d)|\d{1,7})|"
+                      r"after (?:about |around |roughly |approximately |~ ?)?(\d{1,3}(?:,\d{3}){1,2}|\d{1,7}) (?:training )?"
                       r"(?:steps|iterations|iters))\b|"
                       r"从?第\s*(\d{1,7}|[一二三四五六七八九十两]{1,3})\s*(?:步|个\s*step|次迭代)\s*(?:开始|起|就|时)|"
                       r"(?:训练|跑)了?\s*(\d{1,7})\s*[多余]?\s*(?:步|个\s*steps?|次迭代)\s*(?:之后|以后|后)|"
@@ -176,7 +182,9 @@ _CN_DIGITS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六":
 
 
 def _step_number(word: str) -> int | None:
-    """'12' -> 12; '二' -> 2, '十二' -> 12, '二十' -> 20 (the step numbers a sentence writes in Chinese)."""
+    """'12' -> 12, '8,000' -> 8000; '二' -> 2, '十二' -> 12, '二十' -> 20 (the step numbers a sentence writes in
+    Chinese)."""
+    word = word.replace(",", "")
     if word.isdigit():
         return int(word)
     if "十" in word:
@@ -308,15 +316,23 @@ _SAID_ABSENT = re.compile(r"(?:\bno|\bnot|\bnothing|\bneither|\bwithout|\bnever|
                           r"(?:出现|发现|见到|遇到|报告?|提到)\s*|(?:reported|mentioned|seen)\s+)?"
                           r"(?:(?:nans?|inf|infinity|overflows?|无穷大?|溢出)\s*(?:,|/|\bor\b|\bnor\b|\band\b|或者?|和|、)\s*)*$",
                           re.IGNORECASE)
+# What the reporter expected, not what happened (an issue form's "Expected behavior"): "the loss should not become
+# nan", "grad_norm shouldn't be inf", "loss 不应该出现 nan".
+_EXPECTED_NOT = re.compile(r"(?:\bshould(?:\s+not|n't)|\bmust(?:\s+not|n't)|不应该?|不该)\s*(?:(?:be(?:come)?|get|turn(?:\s+into)?|"
+                           r"go(?:\s+to)?|produce|give|show|have|出现|变成|变为|为|是)\s*)?(?:(?:any|a)\s+)?$", re.IGNORECASE)
 # Megatron's "number of nan iterations:   0 |", a "nan_count: 0" column: NaNs counted and found none.
 # (Bounded gaps: the pattern stays linear however many spaces a line holds.)
 _COUNTED_ZERO = re.compile(r"[ \t_-]{0,3}(?:iterations?|iters?|steps?|counts?|grads?|gradients?|batch(?:es)?|samples?|"
                            r"tokens?|values?|occurrences?)?[ \t]{0,3}[:=][ \t]{0,8}0(?![\d.])", re.IGNORECASE)
 # Only the training frameworks name the tool; DeepSpeed / transformers / torch appear in nearly every paste.
+# At one position the earlier name wins: "Megatron-Bridge" over the "megatron" of Megatron-LM, "NeMo-RL" and "NeMo
+# Automodel" over "NeMo".
 _FW_ORDER = ["ms-swift", "OpenRLHF", "LLaMA-Factory", "verl", "xtuner", "trl", "unsloth", "DeepSpeed-Chat",
-             "ColossalAI", "axolotl", "Megatron-LM", "nemo-rl", "torchtitan", "torchtune", "EasyR1", "AReaL",
-             "SkyRL", "slime", "PaddleNLP", "MindSpeed-LLM", "DeepSpeed", "transformers"]
-_FW_AMBIGUOUS = {"torch", "pytorch", "transformers", "deepspeed", "hf trainer"}
+             "ColossalAI", "axolotl", "Megatron-Bridge", "Megatron-LM", "nemo-rl", "NeMo Automodel", "NeMo",
+             "TransformerEngine", "torchtitan", "torchtune", "EasyR1", "AReaL", "SkyRL", "slime", "PaddleNLP",
+             "MindSpeed-LLM", "mlx-lm", "InternEvo", "llm-foundry", "prime-rl", "open-instruct", "ROLL", "DeepSpeed",
+             "transformers"]
+_FW_AMBIGUOUS = {"torch", "pytorch", "transformers", "deepspeed", "hf trainer", *NAMES_THAT_ARE_WORDS}
 _ALGO_AMBIGUOUS = {"rm", "pt", "reward", "gae"}
 
 
@@ -420,8 +436,13 @@ _ALGO_RX = [(name, re.compile(r"(?:" + rx.pattern + r")(?!\s*(?:models?\b|模型
 _METRIC_VALUE_AFTER = re.compile(r"[\w/]*['\"]?[ \t]*[:=]")
 
 
+# ... or by a metric's own suffix, whatever follows it: "the actor/ppo_kl remains consistently 0"
+_METRIC_SUFFIX_AFTER = re.compile(r"_(?:kl|clip_?frac|ratio|loss|entropy)(?![A-Za-z0-9])")
+
+
 def _in_metric_path(text: str, m: re.Match[str]) -> bool:
-    return m.start() > 0 and text[m.start() - 1] == "/" and _METRIC_VALUE_AFTER.match(text, m.end()) is not None
+    return m.start() > 0 and text[m.start() - 1] == "/" and (_METRIC_VALUE_AFTER.match(text, m.end()) is not None
+                                                             or _METRIC_SUFFIX_AFTER.match(text, m.end()) is not None)
 _FW_RX = [(name, _alias_regex(a)) for name in _FW_ORDER for a in (name.lower(), *FRAMEWORKS.get(name, ()))
           if a not in _FW_AMBIGUOUS or name in ("DeepSpeed", "transformers")]
 # A lowercase word every match of a name regex contains (None: no cheap pre-test).
@@ -465,6 +486,23 @@ _NEGATED_DTYPE = re.compile(r"(?:(?<![A-Za-z])non[- ]?|非 ?|(?:没有?|未|不)
 # ("没有使用bf16", "not using bf16": a dtype the run did not use)
 
 
+_PARTS = re.compile(r"[,，、]")
+_DTYPE_PAIR_BEFORE = re.compile(r"(?:fp16|bf16|fp32|fp8|float16|bfloat16|float32)[ \t]?/[ \t]?$", re.IGNORECASE)
+_DTYPE_PAIR_AFTER = re.compile(r"[ \t]?/[ \t]?(?:fp16|bf16|fp32|fp8|float16|bfloat16|float32)(?![A-Za-z0-9])", re.IGNORECASE)
+# A form's label with nothing after it: "- Transformers:", "Megatron version: ", "* DeepSpeed 版本："
+_EMPTY_FIELD = re.compile(r"^[\s>*#-]{0,8}[A-Za-z][\w .-]{0,30}?(?:[ _]?(?:version|版本))?[ \t]*[:：][ \t]*$", re.IGNORECASE)
+
+
+def _empty_field(lines: list[tuple[int, str]], n: int, s: str) -> bool:
+    """Line `n` (`s`) is a form's label left empty, not a YAML key whose block follows on deeper-indented lines."""
+    if not _EMPTY_FIELD.match(s):
+        return False
+    at = next((i for i, (m, _) in enumerate(lines) if m == n), None)
+    nxt = next((t for _, t in lines[at + 1:] if t.strip()), "") if at is not None else ""
+    indent = len(s) - len(s.lstrip())
+    return not (nxt and len(nxt) - len(nxt.lstrip()) > indent)
+
+
 def _part_of(clause: str, start: int, end: int) -> str:
     """The comma-delimited part of `clause` around [start, end): where a dtype's own verdict is said ("bf16 with ZeRO-0
     grows, normal with ZeRO-1" keeps bf16's verdict apart from ZeRO-1's)."""
@@ -489,6 +527,8 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                     continue
                 if _NEGATED_DTYPE.search(before):
                     continue  # "its default (non-bf16) precision", "非 bf16": not the run's dtype
+                if _DTYPE_PAIR_BEFORE.search(before) or _DTYPE_PAIR_AFTER.match(clause, m.end()):
+                    continue  # "NaN in training (fp16/bf16)": both named, neither is the run's
                 if _CANNOT_USE.search(before) or _NOT_SUPPORTED_AFTER.match(clause, m.end()):
                     # "V100，用不了 bf16", "my GPU doesn't support bf16": what the run could not use.
                     if d == "bf16":
@@ -514,7 +554,7 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                     good = False  # "grad norm keeps growing with ZeRO-0 + bf16, normal with ZeRO-1/2/3"
                 else:
                     if clause_good is None:
-                        clause_good = bool(_GOOD.search(clause))
+                        clause_good = any(_GOOD.search(p) and not _QUESTION.search(p) for p in _PARTS.split(clause))
                     good = clause_good
                 good = good or bool(FIX_CUE.search(before))
                 if good and d in ("bf16", "fp32"):
@@ -625,13 +665,19 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     if got:
         facts.set("algorithm", got[0], "text", got[1], got[2], source)
     specific = [(name, rx) for name, rx in _FW_RX if name not in ("DeepSpeed", "transformers")]
-    got = _first(joined, specific)
-    if got is None:
-        # DeepSpeed / transformers only as the fallback, and not when said unused ("not using deepspeed")
-        got = _first(joined, [(n, r) for n, r in _FW_RX if n in ("DeepSpeed", "transformers")])
-        m = dict(_FW_RX)[got[0]].search(got[2]) if got else None
-        if m and _said_off(got[2], m.start(), m.end()):
-            got = None
+    fw_joined = joined
+    for _ in range(3):
+        got = _first(fw_joined, specific)
+        if got is None:
+            # DeepSpeed / transformers only as the fallback, and not when said unused ("not using deepspeed")
+            got = _first(fw_joined, [(n, r) for n, r in _FW_RX if n in ("DeepSpeed", "transformers")])
+            m = dict(_FW_RX)[got[0]].search(got[2]) if got else None
+            if m and _said_off(got[2], m.start(), m.end()):
+                got = None
+        if got is None or not _empty_field(fw_joined.lines, got[1], got[2]):
+            break
+        # an issue form's field left empty ("- Transformers:", "Megatron version: "): the name states nothing
+        fw_joined = _Joined([(n, s) for n, s in fw_joined.lines if n != got[1]])
     if got:
         facts.set("framework", got[0], "text", got[1], got[2], source)
     if "model_family" not in facts:
@@ -791,6 +837,8 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         if lr_fix.search(s):
             facts.add("fix_changes", "learning_rate=lower", "text", n, s, source)
         for m in loss_type.finditer(s):
+            if FIX_CUE.search(s[max(0, m.start() - 60):m.end()]) and not _STILL_BAD.search(s[m.end():m.end() + 60]):
+                continue  # "switch to IPO loss (loss_type='ipo')": the fix, not the run's loss ("... still nan": it is)
             facts.set("loss_type", (m.group("a") or m.group("b")).lower(), "text", n, s, source)
         if kto_words.search(s) and "algorithm" not in facts:
             facts.set("algorithm", "KTO", "text", n, s, source)
@@ -798,6 +846,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             if sym == "zero_loss" and _zero_init(s):
                 continue  # `    total_loss = 0`: a script starting its sum, not a loss that reached 0
             hit = next((m for m in rx.finditer(s) if not _SAID_ABSENT.search(before := s[max(0, m.start() - 40):m.start()])
+                        and not _EXPECTED_NOT.search(before)
                         and not (sym in ("nan", "inf") and (_HARDWARE_FIGURE.search(before)
                                                             or _COUNTED_ZERO.match(s, m.end())))), None)
             if hit is not None and sym == "zero_loss" and _COEFFICIENT_BEFORE.search(s, max(0, hit.start() - 40), hit.start()):
@@ -995,8 +1044,9 @@ def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: s
             # its own; zero_metrics stays the loss-like metrics that the curated rules reason about).
             facts.add("symptom", "zero_grad", "text", n, s, source)
     else:
+        # nan_metrics holds every non-finite metric, as a log record's do; the symptom says which ("loss: inf" is no NaN)
         facts.add("nan_metrics", name, "text", n, s, source)
-        facts.add("symptom", "nan", "text", n, s, source)
+        facts.add("symptom", "inf" if v.startswith(("inf", "无穷")) else "nan", "text", n, s, source)
 
 
 def derive(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:

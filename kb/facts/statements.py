@@ -232,7 +232,7 @@ _NUM_GPUS = re.compile(
     rf"(?:(?:{GPU_MODELS})[ \t]*)?(?:(?:GPUs?|NPUs?|cards?|{GPU_MODELS})(?![A-Za-z0-9])|显?卡)", re.IGNORECASE)
 _VERSION = re.compile(
     r"(?<![A-Za-z0-9_-])(PyTorch|torch|DeepSpeed|transformers|trl|flash[-_ ]?attn|flash[-_ ]?attention|ms-swift|swift|"
-    r"OpenRLHF|xtuner|LLaMA-Factory|llamafactory|verl|vllm|peft|accelerate)\s*(?:==|=|:|版本|version|v)?\s*v?"
+    r"OpenRLHF|xtuner|LLaMA-Factory|llamafactory|verl|vllm|peft|accelerate)\s*(?:==|=|:|版本(?:为|是|号)?|version|v)?\s*v?"
     r"(\d+\.\d+(?:\.\d+)*(?:\.?post\d+|rc\d+|\.dev\d+)?)(?![\d.])", re.IGNORECASE)
 _VERSION_KEY = {"pytorch": "torch_version", "torch": "torch_version", "deepspeed": "deepspeed_version",
                 "transformers": "transformers_version", "trl": "trl_version", "flash-attn": "flash_attn_version",
