@@ -1200,3 +1200,75 @@ def test_grad_norms_in_the_plural():
 ])
 def test_raw_thread_openings(text, key, value):
     assert values(text).get(key) == value
+
+
+# The third round of raw thread openings (Megatron / NeMo / TransformerEngine, RL frameworks, Chinese reports, forums):
+# what the fact layer misread, as a line each.
+_MEGATRON_ARGS = ("------------------------ arguments ------------------------\n"
+                  "  bf16 ............................................ True\n"
+                  "  clip_grad ....................................... 1.0\n"
+                  "  lr .............................................. 0.0001\n"
+                  "  micro_batch_size ................................ 8\n"
+                  "  max_tokens_to_oom ............................... 12000\n"
+                  "  seq_length ...................................... 4096\n"
+                  "  load ............................................ None\n")
+
+
+@pytest.mark.parametrize(("text", "key", "value"), [
+    # FP8 runs (TransformerEngine, torchao float8, MXFP8 recipes)
+    ("nan loss when training in fp8", "precision", "fp8"),
+    ("float8 rowwise ended up crashing due to NaN's. As a control, the same run was done with BF16 and did not "
+     "encounter any issue.", "precision", "fp8"),
+    ("float8 rowwise ended up crashing due to NaN's. As a control, the same run was done with BF16 and did not "
+     "encounter any issue.", "working_dtype", "bf16"),
+    ("Loss NaN in training (fp16/bf16)", "precision", None),  # a pair names neither
+    # an inf is no NaN; NaN said in the plural
+    ("the loss is inf", "symptom", ["inf"]),
+    ("Unexpected result inf (message='found Inf in local grad norm')", "symptom", ["inf"]),
+    ("the policy loss becomes nans.", "nan_metrics", ["loss"]),
+    ("At step 8,000, the loss suddenly jumps to NaN", "nan_metrics", ["loss"]),
+    ("At step 8,000, the loss suddenly jumps to NaN", "first_bad_step", 8000),
+    ("Qwen2 使用bf16微调，loss训练一会后变成nan", "nan_metrics", ["loss"]),
+    # good words in a question say nothing worked
+    ("微调Qwen2-7B-Instruct，用的bf16，训练一段时间后loss=nan，请问这个有什么方法解决吗？", "precision", "bf16"),
+    ("微调Qwen2-7B-Instruct，用的bf16，训练一段时间后loss=nan，请问这个有什么方法解决吗？", "working_dtype", None),
+    # names
+    ("Gemma 27B模型训练时loss nan", "model_family", "gemma"),  # the 2 of 27B is no Gemma 2
+    ("gemma-2-9b loss nan", "model_family", "gemma2"),
+    ("Qwen 32B lora loss nan", "model_family", "qwen"),
+    ("使用DPO Lora微调Qwen25 VL，loss为nan", "model_family", "qwen2.5"),
+    ("使用h20卡训练，torch版本为2.5.0", "gpu", "H20"),
+    ("使用h20卡训练，torch版本为2.5.0", "torch_version", "2.5.0"),
+    ("- GPU number: 8\n- GPU type: NVIDIA A800", "num_gpus", 8),
+    # setting names of NeMo-RL, verl scripts, GLM-4's finetune configs and Chinese blogs
+    ("num_generations_per_prompt: 32\nreference_policy_kl_penalty: 0.01", "num_generations", 32),
+    ("num_generations_per_prompt: 32\nreference_policy_kl_penalty: 0.01", "kl_coef", 0.01),
+    ("n_resp_per_prompt=8", "num_generations", 8),
+    ("max_input_length: 1024\nmax_output_length: 512", "max_prompt_length", 1024),
+    ("批量大小为2,梯度累积步数为8", "micro_batch_size", 2),
+    # Megatron's argument dump
+    (_MEGATRON_ARGS, "micro_batch_size", 8),
+    (_MEGATRON_ARGS, "learning_rate", 0.0001),
+    (_MEGATRON_ARGS, "max_length", 4096),
+    (_MEGATRON_ARGS, "precision", "bf16"),
+    (_MEGATRON_ARGS, "errors", None),  # max_tokens_to_oom is an argument, not an OOM
+    # an empty form field names nothing; a YAML key with its block below still does
+    ("- Transformers:\n- Python: 3.10\nloss nan with chatglm", "framework", None),
+    ("Megatron version: \nPython version: 3.11\nloss nan", "framework", None),
+    ("LLaMA-Factory:\n  stage: sft", "framework", "LLaMA-Factory"),
+    # a metric's path names no algorithm; a loss switched to as the fix is not the run's
+    ("GRPO run: the actor/ppo_kl remains consistently 0.", "algorithm", "GRPO"),
+    ("the actor/ppo_kl remains consistently 0.", "algorithm", None),
+    ("Standard sigmoid DPO loss saturates. Switch to IPO loss (loss_type='ipo') and the grad_norm no longer collapses",
+     "loss_type", None),
+    ("DPO with loss_type=ipo gives nan", "loss_type", "ipo"),
+    # an issue title's value is no log record; the log's own counter says when
+    ("how to fix : grad_norm: nan\n"
+     "12/05 10:00:01 - mmengine - INFO - Epoch(train) [1][230/735]  lr: 2.0e-05  loss: 1.2  grad_norm: 3.1\n"
+     "12/05 10:00:11 - mmengine - INFO - Epoch(train) [1][240/735]  lr: 2.0e-05  loss: nan  grad_norm: nan",
+     "first_bad_step", 240),
+    ("[BUG] FP8+PP+Recompute+GA>1, loss = nan\n\nFP8+PP+Recompute+GA>1, loss = nan\nFP8+PP+GA>1, loss is normal",
+     "first_bad_step", None),
+])
+def test_raw_thread_openings_third_round(text, key, value):
+    assert values(text).get(key) == value
