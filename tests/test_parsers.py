@@ -1269,6 +1269,15 @@ _MEGATRON_ARGS = ("------------------------ arguments ------------------------\n
      "first_bad_step", 240),
     ("[BUG] FP8+PP+Recompute+GA>1, loss = nan\n\nFP8+PP+Recompute+GA>1, loss = nan\nFP8+PP+GA>1, loss is normal",
      "first_bad_step", None),
+    # a metric named in Chinese, shown as its value
+    ("Loss值归零且梯度范数(grad_norm)显示为NaN", "nan_metrics", ["grad_norm"]),
+    ("Loss值归零且梯度范数(grad_norm)显示为NaN", "zero_metrics", ["loss"]),
+    ("梯度范数持续显示为NaN", "nan_metrics", ["grad_norm"]),
+    # shell arithmetic in verl's example scripts
+    ("max_prompt_length=$((1024))\nmax_response_length=$((1024 * 8))\npython3 -m verl.trainer.main_ppo "
+     "data.max_prompt_length=${max_prompt_length} data.max_response_length=${max_response_length}",
+     "max_completion_length", 8192),
+    ("data.max_response_length=$((1024 * 4))", "max_completion_length", 4096),
 ])
 def test_raw_thread_openings_third_round(text, key, value):
     assert values(text).get(key) == value

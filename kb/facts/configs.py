@@ -59,7 +59,16 @@ def _unwrap(toks: list[str], i: int = 0) -> int:
 
 # A launcher script's own variables: `MODEL_PATH=/nas/qwen2.5-7b-it` or `export LR=4e-7` on a line of its own, used
 # later as `--model $MODEL_PATH` / `optim.lr=${LR}`.
-_SHELL_ASSIGN = re.compile(r"^[ \t]*(?:export[ \t]+)?(?P<k>[A-Za-z_]\w*)=(?P<v>\"[^\"$`]*\"|'[^']*'|[^\s$`;&|]+)[ \t]*$")
+_SHELL_ASSIGN = re.compile(r"^[ \t]*(?:export[ \t]+)?(?P<k>[A-Za-z_]\w*)=(?P<v>\"[^\"$`]*\"|'[^']*'|[^\s$`;&|]+|"
+                           r"\$\(\([ \t\d*]{1,40}\)\))[ \t]*$")
+# Shell arithmetic of verl's example scripts: `max_response_length=$((1024 * 8))` (products of numbers only).
+_SHELL_ARITH = re.compile(r"\$\(\([ \t]{0,3}(\d{1,7}(?:[ \t]{0,3}\*[ \t]{0,3}\d{1,7}){0,3})[ \t]{0,3}\)\)")
+
+
+def _arith(v: str) -> str:
+    """`$((1024 * 8))` -> "8192"; anything else unchanged."""
+    m = _SHELL_ARITH.fullmatch(v.strip()) if "$((" in v else None
+    return str(math.prod(int(x) for x in m.group(1).split("*"))) if m else v
 # Which devices a launcher sees: NVIDIA, Ascend NPUs, AMD ROCm.
 _VISIBLE_DEVICES = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 _SHELL_REF = re.compile(r"\$(?:\{(?P<b>[A-Za-z_]\w*)\}|(?P<p>[A-Za-z_]\w*))")
@@ -85,7 +94,7 @@ def shell_variables(lines: list[tuple[int, str]]) -> dict[str, tuple[str, int, s
         if "=" in s and len(s) < 500:
             m = _SHELL_ASSIGN.match(s)
             if m:
-                out[m.group("k")] = (m.group("v").strip("'\""), n, s.strip())
+                out[m.group("k")] = (_arith(m.group("v").strip("'\"")), n, s.strip())
     return out
 
 
@@ -155,7 +164,7 @@ def _line_value(v: str, sep: str) -> str | None:
     (`a.b=1 c.d=low_var_kl`) are each read by `inline`; a trailing `\\` continuation is dropped.
     None for a Python call (`model = AutoModel.from_pretrained(`), which is not a setting.
     """
-    v = re.sub(r"\s*\\$", "", v.strip())
+    v = _arith(re.sub(r"\s*\\$", "", v.strip()))
     if not v:
         return ""
     if v[0] in "'\"":

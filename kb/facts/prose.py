@@ -115,6 +115,7 @@ _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes?(?
                      r"(?:came|comes?|turned|turns?) out|"  # "the evaluation loss came out NaN"
                      r"(?:jump(?:s|ed)?|shoots?|shot|spike[sd]?|explode[sd]?|blows? up|blew up)\s+(?:up\s+)?to|"  # "jumps to NaN"
                      r"变成|为|是|出现|会|就|直接|也|and [\w/]+ (?:will be|are|were|become)|一直为|一直是|"
+                     r"显示(?:为|是)?|归|持续|"  # "梯度范数(grad_norm)显示为NaN", "Loss值归零", "梯度范数持续显示为NaN"
                      r"全程|始终|全部|全都|均|"
                      # "loss 和 grad_norm 一直为 0", "loss、grad_norm 都是 nan", "loss and grad_norm are 0"
                      # "the loss and the grad norm stay at 0": a two-word metric after the conjunction
