@@ -67,7 +67,8 @@ FACTS: tuple[FactSpec, ...] = (
     # --- lengths ---------------------------------------------------------------------------------------
     FactSpec("max_length", "int",
              ("max_length", "max_len", "cutoff_len", "max_seq_len", "max_seq_length", "model_max_length",
-              "seq_length", "max_sequence_length", "data.max_length", "sequence_len", "seq_len"),
+              "seq_length", "max_sequence_length", "data.max_length", "sequence_len", "seq_len", "context_length",
+              "block_size"),
              "maximum total sequence length"),
     FactSpec("max_prompt_length", "int", ("max_prompt_length", "max_prompt_len", "prompt_max_len", "data.max_prompt_length",
                                           "max_input_length"),
@@ -126,7 +127,8 @@ FACTS: tuple[FactSpec, ...] = (
              "learning rate of the vision tower"),
     FactSpec("micro_batch_size", "int",
              ("per_device_train_batch_size", "micro_train_batch_size", "micro_batch_size", "batch_size",
-              "train_micro_batch_size_per_gpu", "ppo_micro_batch_size_per_gpu"), "per-device micro-batch size"),
+              "batch_size_training", "train_micro_batch_size_per_gpu", "ppo_micro_batch_size_per_gpu"),
+             "per-device micro-batch size"),
     FactSpec("gradient_accumulation_steps", "int", ("gradient_accumulation_steps", "grad_accum", "accumulative_counts"),
              "gradient accumulation steps"),
     FactSpec("max_grad_norm", "float", ("max_grad_norm", "gradient_clipping", "grad_clip", "clip_grad"), "clipping"),
@@ -299,7 +301,8 @@ def normalise_value(key: str, value: Any) -> Any:
             text = max(names, key=len) if names else ""
         if not text or re.search(r"\.from_pretrained$|^(?:Auto)?\w*For(?:CausalLM|Conditional\w*|Seq\w*)$", text) \
                 or re.fullmatch(r"(?:get|load|build|create|init|path_to)_[a-z_]+|[a-z_]*_(?:model|path|name|dir)|"
-                                r"model_[a-z_]+|[a-z_]+\.[a-z_.]+|auto|none|null|\W*", text, re.IGNORECASE) \
+                                r"model_[a-z_]+|[a-z_]+\.[a-z_.]+|auto|none|null|\W*|model|on|in|of|for|with|to|from|"
+                                r"and|is|was|the|a|an|as|at|by|which|that|this|it|str|int|float|bool", text, re.IGNORECASE) \
                 or re.search(r"path[_/ -]?to\b|\byour[_-]|^[<{$]", text, re.IGNORECASE):
             return None  # ... and `get_peft_model`, `model_name`, `args.model_name_or_path` are code, not a model;
             # "auto", "e.g." and "/path/to/mlx/model" name none
@@ -309,9 +312,12 @@ def normalise_value(key: str, value: Any) -> Any:
         # `GPU: NVIDIA GeForce RTX 3060 Laptop GPU | Peak FLOPS (BF16): inf`, `GPU: nVidia A6000 (the Ampere one)`:
         # the model's name, not the rest of the line
         m = GPU_NAME.search(text)
+        if m is None and not re.search(r"[A-Za-z\u4e00-\u9fff]", text):
+            return None  # "# batch size per gpu: 4": a count, not a card
         return gpu_name(m.group("gpu")) if m else re.split(r"\s+[|(]", text)[0]
     if s.kind == "dtype":
-        return _DTYPE.get(text.lower())
+        got = _DTYPE.get(text.lower())
+        return None if key == "precision" and got == "auto" else got  # dtype="auto" loads; it says no precision
     if key == "attn_implementation":
         # "attn_impl: triton, loss nan at head dim 8": the kernel is the first word, the rest is the sentence
         first = re.split(r"\s*[,;，；]", text, maxsplit=1)[0]
@@ -330,7 +336,7 @@ def normalise_value(key: str, value: Any) -> Any:
         return m.group(1) if m else None
     if s.kind == "str" and key in {"algorithm", "loss_type", "finetuning_type", "optim", "lora_task_type",
                                    "truncation_mode"}:
-        return text.lower()
+        return re.sub(r"^tasktype\.", "", text.lower()) if key == "lora_task_type" else text.lower()
     return text
 
 
@@ -363,7 +369,7 @@ FRAMEWORKS: dict[str, tuple[str, ...]] = {
     "verl": ("verl",),
     "DeepSpeed": ("deepspeed",),
     "DeepSpeed-Chat": ("deepspeed-chat", "deepspeedexamples", "deepspeed chat"),
-    "unsloth": ("unsloth",),
+    "unsloth": ("unsloth", "fastlanguagemodel", "fastvisionmodel"),
     "ColossalAI": ("colossalai", "colossal-ai", "colossal ai"),
     "transformers": ("transformers", "hf trainer", "huggingface trainer"),
     "pytorch": ("pytorch", "torch"),
@@ -392,6 +398,8 @@ FRAMEWORKS: dict[str, tuple[str, ...]] = {
     "prime-rl": ("prime-rl", "prime rl"),
     "open-instruct": ("open-instruct", "open instruct"),
     "ROLL": ("roll", "alibaba/roll", "alibaba roll"),
+    "trlx": ("trlx",),
+    "safe-rlhf": ("safe-rlhf", "safe_rlhf"),
 }
 
 # Frameworks' bare names that are also a model or a word: a report's prose does not name the framework by them, and
@@ -406,7 +414,8 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     "IPO": ("ipo",),
     "ORPO": ("orpo",),
     "CPO": ("cpo",),
-    "RM": ("reward model", "reward modeling", "reward modelling", "rm", "reward", "奖励模型", "reward_modeling"),
+    "RM": ("reward model", "reward modeling", "reward modelling", "rm", "reward", "奖励模型", "reward_modeling",
+           "reward模型"),
     "PPO": ("ppo", "gae"),
     "GRPO": ("grpo",),
     "pretrain": ("pretrain", "pretraining", "pre-training", "continue pretrain", "预训练", "pt"),
@@ -460,6 +469,7 @@ PROSE_LABELS: dict[str, str] = {
     "最大序列长度": "max_length", "最大长度": "max_length", "序列最大长度": "max_length", "截断长度": "max_length",
     "上下文长度": "max_length", "max length": "max_length", "maximum length": "max_length",
     "max sequence length": "max_length", "maximum sequence length": "max_length", "sequence length": "max_length",
+    "max seq length": "max_length", "max context length": "max_length", "context length": "max_length",
     "最大提示长度": "max_prompt_length", "提示最大长度": "max_prompt_length", "最大prompt长度": "max_prompt_length",
     "max prompt length": "max_prompt_length", "maximum prompt length": "max_prompt_length",
     "最大响应长度": "max_completion_length", "最大生成长度": "max_completion_length",
@@ -665,14 +675,16 @@ MODEL_NAMES_NEED_VERSION = {"glm", "yi", "phi", "opt", "bloom", "falcon"}
 # GPU names in env dumps and prose; the ones without bf16 support make fp16 the only half precision.
 GPU_MODELS = (r"V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A6000|L40S?|L4|L20|A40|GB[23]00|GH200|B[12]00|"
               r"(?i:[ahv]100|[ah]800|h200?)|"  # typed in lower case: "2 a800 GPU", "使用h20卡"
-              r"(?:RTX|GeForce(?: RTX)?)\s?[2345]0[6789]0(?:\s?Ti)?|(?:Ascend\s?)?910B[A-Za-z0-9]*|MI\s?\d{3}X?|TITAN\s?V|GTX\s?1080")
+              r"(?:RTX|GeForce(?: RTX)?)\s?[2345]0[6789]0(?:\s?Ti)?(?:\s?SUPER)?|(?:Ascend\s?)?910B[A-Za-z0-9]*|MI\s?\d{3}X?|"
+              r"TITAN\s?(?:V|RTX|Xp?)\b|GTX\s?1080")
 # ASCII boundaries: in "在A100上训练" the name sits between Chinese characters, which `\b` counts as word characters.
 # A bare "4090" counts only after a count of cards ("2张4090", "8*4090") or before "显卡" / "GPU": step counters
 # and sample counts look the same.
-GPU_NAME = re.compile(rf"(?<![A-Za-z0-9_])(?P<gpu>{GPU_MODELS}|(?:(?<=[张块卡台*×xX])|(?<=[张块卡台*×xX]\s))[2345]0[6789]0(?:\s?Ti|D)?|"
+GPU_NAME = re.compile(rf"(?<![A-Za-z0-9_])(?P<gpu>{GPU_MODELS}|(?:(?<=[张块卡台*×xX])|(?<=[张块卡台*×xX]\s)|(?<=NVIDIA )|"
+                      rf"(?<=single ))[2345]0[6789]0(?:\s?Ti|D)?|"
                       rf"[2345]0[6789]0(?:\s?Ti|D)?(?=\s?(?:显卡|GPU)))(?![A-Za-z0-9_])")
 # (A bare "3090" is not enough: step counters and sample counts look the same.)
-GPU_WITHOUT_BF16 = re.compile(r"V100|T4|P100|P40|TITAN\s?V|1080|20[6789]0", re.IGNORECASE)
+GPU_WITHOUT_BF16 = re.compile(r"V100|T4|P100|P40|TITAN\s?(?:V|RTX|Xp?)\b|1080|20[6789]0", re.IGNORECASE)
 
 
 def gpu_name(raw: str) -> str:

@@ -1281,3 +1281,72 @@ _MEGATRON_ARGS = ("------------------------ arguments ------------------------\n
 ])
 def test_raw_thread_openings_third_round(text, key, value):
     assert values(text).get(key) == value
+
+
+# The fourth round (unsloth / axolotl / notebooks, DeepSpeed / FSDP / PEFT, preference and reward training, Chinese
+# ms-swift / verl / multimodal reports).
+@pytest.mark.parametrize(("text", "key", "value"), [
+    # no model: a preposition, a variable, a type annotation
+    ("Finetuning Llama 3.1 8B Base Model on ChatML Format Dataset", "model", None),
+    ("trainer = SFTTrainer(\n model = model,\n tokenizer = tokenizer,\n)", "model", None),
+    ('model_name: str="PATH/to/LLAMA/7B"\nlr: float=1e-4', "model", None),
+    ('model_name: str="PATH/to/LLAMA/7B"\nlr: float=1e-4', "learning_rate", 1e-4),  # a dataclass field's default
+    ("torchrun supervised_finetuning.py --model_type llama --model_name_or_path /data/Llama-2-7b-hf", "model",
+     "/data/Llama-2-7b-hf"),  # MedicalGPT's model_type is an architecture
+    ("swift sft --model_type qwen2_5-14b-instruct --dataset x", "model", "qwen2_5-14b-instruct"),
+    ("model = AutoModelForCausalLM.from_pretrained('Qwen/Qwen3-0.6B', dtype='auto')", "precision", None),
+    # a hub id in a sentence is the model; a file or an output folder is not
+    ("I fine-tune meta-llama/Llama-3.1-8B and the loss is nan.", "model", "meta-llama/Llama-3.1-8B"),
+    ("see bloom-inference-scripts/bloom-ds-zero-inference.py", "model", None),
+    ("saved to results/sft-gemma-4-31b, loss nan", "model", None),
+    # metrics in words
+    ("the training loss reduces to 0 following the gradient accumulation steps", "zero_metrics", ["loss"]),
+    ("the training loss consistently remains NaN.", "nan_metrics", ["loss"]),
+    ("Loss Reaches NaN", "nan_metrics", ["loss"]),
+    ("it gives nan in the validation loss and no log in the training loss", "nan_metrics", ["eval_loss"]),
+    ("用baichuan2-7B训练reward模型loss很快到0", "zero_metrics", ["loss"]),
+    ("用baichuan2-7B训练reward模型loss很快到0", "algorithm", "RM"),
+    ("loss 都是零", "zero_metrics", ["loss"]),
+    ("grpo训练400step时KL骤增，reward下降", "spike_metrics", ["kl"]),
+    # LoRA in code
+    ("lora_alpha = 16\nlora_dropout = 0.1\nlora_r = 64", "use_peft", True),
+    ("peft_config = LoraConfig(r=64, lora_alpha=16)", "use_peft", True),
+    ("LoraConfig(r=8, task_type=TaskType.SEQ_CLS)", "lora_task_type", "seq_cls"),
+    # settings
+    ("KTO full parameter训练，learning rate 1e-6\n{'loss': 0.58, 'grad_norm': 0.16, 'learning_rate': 4.22e-08, "
+     "'epoch': 0.0}", "learning_rate", 1e-06),  # stated beats a warmup's logged value
+    ("KTO full parameter训练，learning rate 1e-6", "finetuning_type", "full"),
+    ("a max context length of 18000", "max_length", 18000),
+    ("max seq length of 2048", "max_length", 2048),
+    ("--batch_size_training 16 --context_length 4096", "micro_batch_size", 16),
+    ("--batch_size_training 16 --context_length 4096", "max_length", 4096),
+    ("loss scale at minimum, I am not using zero3 with deepspeed", "zero_stage", None),
+    ("deepspeed --num_gpus 8 src/train.py --deepspeed $cur_path/ds_config_zero3.json --stage kto", "zero_stage", 3),
+    ("PER_DEVICE_BATCH_SIZE=${PER_DEVICE_BATCH_SIZE:-1}", "micro_batch_size", None),  # not -1
+    # hardware and versions
+    ("# batch size per gpu: 4\nloss一直为0", "gpu", None),
+    ("- GPU type: NVIDIA GeForce RTX 4070 Ti SUPER", "gpu", "GeForce RTX 4070 Ti SUPER"),
+    ("- GPU type: NVIDIA TITAN RTX", "gpu_bf16", False),
+    ("On my local single 4090, loss nan", "gpu", "RTX 4090"),
+    ("GPU：7 个 NVIDIA 3090 24G\nPyTorch：2.1.2+cu121", "torch_version", "2.1.2+cu121"),
+    ("LLaMA-Factory版本：v0.5.3", "framework_version", "0.5.3"),
+    ("- PyTorch version (accelerator?): 2.9.0+cu128 (CUDA)", "torch_version", "2.9.0+cu128"),
+    ("两机十六卡训练", "num_gpus", None),  # not the 六卡 of 十六卡
+    ('执行命令：`CUDA_VISIBLE_DEVICES=0,1,3 llamafactory-cli train x.yaml`', "num_gpus", 3),
+    ("==((====))==  Unsloth 2025.3.17: Fast Gemma3 patching. Transformers: 4.50.0.dev0.", "framework_version",
+     "2025.3.17"),
+    ("Unsloth: Fast Mistral patching release 2024.7", "framework_version", "2024.7"),
+    ("RM loss nan with trlx 0.5.0", "framework", "trlx"),
+    # a repository's image or wiki link names no model
+    ("DPO rewards are 0\n![image](https://github.com/foo/llama3-Chinese-chat/assets/1/abc.png)", "model_family", None),
+    # log records: a preference loss pinned at ln 2 with zero margins; ms-swift's own records
+    ("{'loss': 0.6931, 'rewards/chosen': 0.0, 'rewards/rejected': 0.0, 'rewards/margins': 0.0, 'epoch': 0.01}\n"
+     "{'loss': 0.6931, 'rewards/chosen': 0.0, 'rewards/rejected': 0.0, 'rewards/margins': 0.0, 'epoch': 0.02}",
+     "pairwise_tie", True),
+    ("{'loss': 0.6931, 'rewards/chosen': 0.0, 'rewards/rejected': 0.0, 'rewards/margins': 0.0, 'epoch': 0.01}",
+     "pairwise_tie", None),  # every DPO run's first step
+    ("{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-05, 'memory(GiB)': 30.2, 'train_speed(iter/s)': 0.1, "
+     "'epoch': 0.5, 'global_step/max_steps': '805/1966'}", "framework", "ms-swift"),
+])
+def test_raw_thread_openings_fourth_round(text, key, value):
+    assert values(text).get(key) == value

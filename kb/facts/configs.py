@@ -34,7 +34,7 @@ _INLINE_KV = re.compile(r"(?<![\w.\-])(?P<k>[A-Za-z_][\w.]*)\s*(?<![=!<>])=(?!=)
 _ADD_ARGUMENT = re.compile(r"add_argument\(\s*['\"]--?(?P<k>[A-Za-z][\w.\-]*)['\"](?:[^)\n]*?\bdefault\s*=\s*"
                            r"(?P<v>\"[^\"\n]*\"|'[^'\n]*'|[^,)\s]+))?")
 _FLAG = re.compile(r"(?<![\w\-])--(?P<k>[A-Za-z][\w.\-]*)(?:[ =](?P<v>(?!--)[^\s\\]+))?")
-_PROSE_KV = re.compile(r"(?<![\w\-])(?P<k>[A-Za-z]+_[A-Za-z_]+)\s*(?:设置为|设为|为|is|of|set to|[:=])?\s*"
+_PROSE_KV = re.compile(r"(?<![\w\-{])(?P<k>[A-Za-z]+_[A-Za-z_]+)\s*(?:设置为|设为|为|is|of|set to|[:=])?\s*"
                        r"(?P<v>[A-Za-z0-9][\w.\-]*)")
 _HALF_CALL = re.compile(r"\b(?P<obj>\w*model\w*)\s*(?:=\s*\w+)?\.(?:half\(\)|to\(\s*(?:dtype\s*=\s*)?torch\.(?:float16|half)\s*\))",
                         re.IGNORECASE)
@@ -65,13 +65,22 @@ _SHELL_ASSIGN = re.compile(r"^[ \t]*(?:export[ \t]+)?(?P<k>[A-Za-z_]\w*)=(?P<v>\
 _SHELL_ARITH = re.compile(r"\$\(\([ \t]{0,3}(\d{1,7}(?:[ \t]{0,3}\*[ \t]{0,3}\d{1,7}){0,3})[ \t]{0,3}\)\)")
 
 
+_UNKNOWN_DIR = re.compile(r"^\$(?:\{[A-Za-z_]\w*\}|[A-Za-z_]\w*)/(?=[^\s$]*[A-Za-z])")
+_SHELL_DEFAULT = re.compile(r"\$\{[A-Za-z_]\w*:-([^}\s$]{1,40})\}")
+
+
 def _arith(v: str) -> str:
-    """`$((1024 * 8))` -> "8192"; anything else unchanged."""
-    m = _SHELL_ARITH.fullmatch(v.strip()) if "$((" in v else None
-    return str(math.prod(int(x) for x in m.group(1).split("*"))) if m else v
+    """`$((1024 * 8))` -> "8192", `${PER_DEVICE_BATCH_SIZE:-1}` -> "1" (its default); anything else unchanged."""
+    if "$" not in v:
+        return v
+    m = _SHELL_ARITH.fullmatch(v.strip())
+    if m:
+        return str(math.prod(int(x) for x in m.group(1).split("*")))
+    m = _SHELL_DEFAULT.fullmatch(v.strip())
+    return m.group(1) if m else v
 # Which devices a launcher sees: NVIDIA, Ascend NPUs, AMD ROCm.
 _VISIBLE_DEVICES = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
-_SHELL_REF = re.compile(r"\$(?:\{(?P<b>[A-Za-z_]\w*)\}|(?P<p>[A-Za-z_]\w*))")
+_SHELL_REF = re.compile(r"\$(?:\{(?P<b>[A-Za-z_]\w*)(?::-(?P<d>[^}\s]{0,40}))?\}|(?P<p>[A-Za-z_]\w*))")
 
 
 _COMMENTED = re.compile(r"^[ \t]*#[ \t]*(?:--(?P<f>[A-Za-z][\w.\-]*)|(?P<k>[A-Za-z_][\w.\-]*)[ \t]*[:=][ \t]*\S)")
@@ -112,7 +121,9 @@ def _expand(v: str, shell: dict[str, tuple[str, int, str]]) -> str:
     """`$NAME` / `${NAME}` replaced by the paste's own value; one that stays unknown is left for _set_config to drop."""
     def value(m: re.Match[str]) -> str:
         got = shell.get(m.group("b") or m.group("p"))
-        return got[0] if got and got[0] else m.group(0)
+        if got and got[0] and not _SHELL_REF.fullmatch(got[0]):
+            return got[0]
+        return m.group("d") if m.group("d") else m.group(0)  # `${PER_DEVICE_BATCH_SIZE:-1}`: its default
 
     return _SHELL_REF.sub(value, v) if "$" in v else v
 
@@ -182,12 +193,17 @@ def _line_value(v: str, sep: str) -> str | None:
 
 def _set_config(facts: Facts, raw_key: str, raw_value: Any, n: int, detail: str, source: str, kind: str = "config",
                 fix: bool = False) -> str | None:
+    if isinstance(raw_value, str) and "$" in raw_value:
+        # `--deepspeed $cur_path/ds_config_zero3.json`: the file under an unknown folder is still the file
+        raw_value = _UNKNOWN_DIR.sub("", raw_value)
     if isinstance(raw_value, str) and _SHELL_REF.search(raw_value):
         return None  # `--model $MODEL_PATH` with no MODEL_PATH= in the paste: a name, not the setting's value
     got = canonical(raw_key, raw_value)
     if got is None:
         return None
     key, value = got
+    if key == "model" and raw_key.lower().lstrip("-").endswith("model_type") and re.fullmatch(r"[A-Za-z]+", str(value)):
+        return None  # MedicalGPT's `--model_type llama`: an architecture, not the model (ms-swift's names one)
     if fix:
         facts.add("fix_changes", f"{key}={value}", "text", n, detail, source)
         if key in ("precision", "weights_dtype") and value in ("bf16", "fp32"):
@@ -222,6 +238,7 @@ def _line_of(lines: list[tuple[int, str]], key: str, default: int) -> int:
     return default
 
 
+_TYPED_DEFAULT = re.compile(r"^(?:str|int|float|bool|Optional\[\w+\]|Union\[[\w, ]+\]|List\[\w+\])\s*=\s*(\S.*)$")
 # Megatron's argument dump at start-up: `  micro_batch_size ................................ 8`.
 _DOTTED_ARG = re.compile(r"^[ \t]*(?:\[[^\]\n]{0,40}\][ \t]*)?(?P<k>[a-z_][a-z0-9_]{1,60}) \.{3,}[ \t]?(?P<v>[^\s.][^\s]{0,80})[ \t]*$")
 
@@ -268,6 +285,9 @@ def structured(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         value = m.group("v").strip().rstrip(",").rstrip()
         if len(value) > 300:
             continue
+        typed = _TYPED_DEFAULT.match(value)
+        if typed and m.group("sep") == ":":
+            value = typed.group(1)  # `lr: float=1e-4` (a dataclass field's default, llama-recipes' configs)
         k, raw = m.group("k"), _clean_value(value)
         if raw.startswith("{") and raw.endswith("}"):
             v = raw
@@ -492,6 +512,10 @@ def inline(lines: list[tuple[int, str]], facts: Facts, source: str,
             _set_config(facts, "mixed_precision", d, n, s.strip(), source)
 
 
+# A command quoted in backticks after a label ("执行命令：`llamafactory-cli train x.yaml`", "run: `bash train.sh`").
+_QUOTED_COMMAND = re.compile(r"^[^`\n]{0,24}?[:：][ \t]*`([^`\n]+)`[ \t]*$")
+
+
 def logical_commands(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
     """Join backslash continuations; keep lines that start (after VAR=x assignments) with a launcher."""
     out: list[tuple[int, str]] = []
@@ -504,7 +528,7 @@ def logical_commands(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
         buf.append(s.rstrip().rstrip("\\"))
         if cont:
             continue
-        joined = " ".join(x.strip() for x in buf)
+        joined = _QUOTED_COMMAND.sub(r"\1", " ".join(x.strip() for x in buf))
         buf = []
         toks = joined.split()
         i = 0

@@ -19,7 +19,7 @@ from kb.canonical import (
     is_limit_name,
     is_loss_like,
 )
-from kb.facts.model import Facts
+from kb.facts.model import INFERRED_LR, Facts
 from kb.facts.prefilter import Haystack
 
 # --- metric lines -----------------------------------------------------------------------------------------
@@ -295,6 +295,33 @@ def metric_facts(records: list[Record], facts: Facts, source: str) -> None:
             bad.append(r)
     _logged_learning_rate(records, facts, source)
     _first_bad_step([r for r in records if r.step is not None or not _prose(r)], bad, facts, source)
+    _pairwise_tie(records, facts, source)
+    _swift_log(records, facts, source)
+
+
+def _pairwise_tie(records: list[Record], facts: Facts, source: str) -> None:
+    """A preference loss pinned at ln 2 with chosen and rejected scored alike, record after record (`'loss': 0.6931,
+    'rewards/margins': 0.0`): the collapse the prose reader calls `pairwise_tie`. One such record is every DPO run's
+    first step (the policy starts as the reference), so it takes two."""
+    tied = []
+    for r in records:
+        m = {k.lower(): v for k, v in r.metrics.items()}
+        loss = m.get("loss", m.get("train_loss"))
+        margin = m.get("rewards/margins", m.get("train/rewards/margins"))
+        if loss is not None and 0.6929 <= loss <= 0.6933 and margin is not None and margin == 0.0:
+            tied.append(r)
+    if len(tied) >= 2:
+        detail = tied[0].text.strip()
+        facts.set("pairwise_tie", True, "log", tied[0].line, detail, source)
+        facts.add("symptom", "collapse", "log", tied[0].line, detail, source)
+
+
+def _swift_log(records: list[Record], facts: Facts, source: str) -> None:
+    """ms-swift's own log records (`'memory(GiB)'`, `'train_speed(iter/s)'`) name the framework."""
+    for r in records:
+        if any(k in ("memory(GiB)", "train_speed(iter/s)") for k in r.metrics) or "'train_speed(iter/s)'" in r.text:
+            facts.set("framework", "ms-swift", "log", r.line, r.text.strip(), source)
+            return
 
 
 def _is_lr(name: str) -> bool:
@@ -312,8 +339,7 @@ def _logged_learning_rate(records: list[Record], facts: Facts, source: str) -> N
     # a paste cut short mid-number ("'learning_rate': 9.9879" of 9.9879e-06) stands orders of magnitude above the
     # rest; a warmup's ramp (3e-08 up to 1e-04) does not
     best_v, best = max(((v, r) for v, r in logged if v <= 10_000 * low), key=lambda x: x[0])
-    facts.set("learning_rate", best_v, "log", best.line, f"the highest learning rate logged: {best.text.strip()}",
-              source)
+    facts.set("learning_rate", best_v, "log", best.line, f"{INFERRED_LR}: {best.text.strip()}", source)
 
 
 def _first_bad_step(logged: list[Record], bad: list[Record], facts: Facts, source: str) -> None:
@@ -386,14 +412,18 @@ def error_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None
 
 
 # "TRL (0.26.2)" and a markdown table's "| Torch | 2.5.1+cpu |" name a version too
-_PKG = re.compile(r"(?<![\w\-])(?P<pkg>[A-Za-z][\w\-]*)`?[ \t]*(?P<op>==|=|>=|~=|:|\(|\||version[ \t]*:?)[ \t]*['\"]?"
+_PKG = re.compile(r"(?<![\w\-])(?P<pkg>[A-Za-z][A-Za-z0-9_\-]*)`?[ \t]*(?P<op>==|=|>=|~=|:|：|\(|\||version[ \t]*[:：]?|版本[ \t]*[:：]?)[ \t]*['\"]?"
                   r"(?P<ver>v?\d+(?:\.\d+)+"
                   r"[\w+\-]*(?:\.[\w+\-]+)*)", re.IGNORECASE)
 _PIP_LIST = re.compile(r"^\s*(?P<pkg>[A-Za-z][\w\-]*)\s{2,}(?P<ver>v?\d+(?:\.\d+)+[\w+\-]*(?:\.[\w+\-]+)*)\s*$")
+# Unsloth's start-up banner: "==((====))==  Unsloth 2025.3.17: Fast Gemma3 patching.", "Unsloth: Fast Mistral patching
+# release 2024.7".
+_UNSLOTH_BANNER = re.compile(r"Unsloth:? (?:(?P<a>20\d\d\.\d{1,2}(?:\.\d{1,3})?):? Fast \w+ patching|Fast \w+ patching "
+                             r"release (?P<b>20\d\d\.\d{1,2}(?:\.\d{1,3})?))")
 # An environment list's GPU count ("- GPU number: 8", "GPU数量：8").
 _GPU_COUNT_ENV = re.compile(r"^[\s>*-]*(?:GPU[ _]?(?:number|count|num)|Number of GPUs|GPU数量|显卡数量|卡数)\s*[:：]\s*(?P<n>\d{1,4})\s*$",
                             re.IGNORECASE)
-_TORCH_ENV = re.compile(r"PyTorch version(?:\s*\(GPU\?\))?\s*:\s*(?P<ver>\d+(?:\.\d+)+[\w+\-]*(?:\.[\w+\-]+)*)", re.IGNORECASE)
+_TORCH_ENV = re.compile(r"PyTorch version(?:\s*\((?:GPU|accelerator)\?\))?\s*:\s*(?P<ver>\d+(?:\.\d+)+[\w+\-]*(?:\.[\w+\-]+)*)", re.IGNORECASE)
 def env_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     for n, s in lines:
         pip = _PIP_LIST.match(s)
@@ -409,6 +439,10 @@ def env_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         m = _TORCH_ENV.search(s)
         if m:
             facts.set("torch_version", m.group("ver"), "env", n, m.group(0), source)
+        m = _UNSLOTH_BANNER.search(s) if "patching" in s else None
+        if m:
+            facts.set("framework_version", m.group("a") or m.group("b"), "env", n, m.group(0), source)
+            facts.set("framework", "unsloth", "env", n, m.group(0), source)
         m = _GPU_COUNT_ENV.match(s) if "num_gpus" not in facts else None
         if m and int(m.group("n")) > 0:
             facts.set("num_gpus", int(m.group("n")), "env", n, m.group(0).strip(), source)

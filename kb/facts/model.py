@@ -12,7 +12,10 @@ from pydantic import BaseModel
 _RANK = {"trainer": 4, "config": 3, "env": 3, "log": 2, "text": 1}
 LIST_FACTS = frozenset({"nan_metrics", "zero_metrics", "huge_metrics", "spike_metrics", "errors", "symptom",
                         "fix_changes", "error_messages", "metric_observations", "relations"})
-
+# The detail of a learning rate inferred from a log's records (the highest one logged, kb.facts.logs): it stands for
+# the setting only until anything states a higher one, a sentence included ("learning rate 1e-6" beats a warmup's
+# logged 4.2e-08; a record's own lower value, read again as text, does not).
+INFERRED_LR = "the highest learning rate logged"
 
 
 class Fact(BaseModel):
@@ -39,7 +42,10 @@ class Facts:
             self.add(key, value, kind, line, detail, source)
             return
         old = self.items.get(key)
-        if old is not None and _RANK.get(old.kind, 0) >= _RANK.get(kind, 0):
+        if old is not None and _RANK.get(old.kind, 0) >= _RANK.get(kind, 0) \
+                and not (key == "learning_rate" and old.detail.startswith(INFERRED_LR) and kind != "log"
+                         and isinstance(value, (int, float)) and isinstance(old.value, (int, float))
+                         and old.value < value <= 10_000 * old.value):  # (a cut-off "9.9879" of 9.9879e-06 is none)
             return
         self.items[key] = Fact(value=value, kind=kind, line=line, detail=detail.strip()[:300], source=source)
 

@@ -89,6 +89,7 @@ _PROSE_METRIC_ZH = re.compile(r"(?P<m>梯度范数|梯度模长|梯度|损失值
 _ZH_METRIC = (("梯度", "grad_norm"), ("损失", "loss"), ("奖励", "reward"), ("kl", "kl"))
 _PROSE_METRIC_REV = re.compile(r"(?<![A-Za-z0-9_])(?P<v>nan|NaN|inf|Inf)s?\b\s*(?:values?\s*)?(?:in|for|of|on)\s+"
                                r"(?:(?:the|both|local|global|total)\s+)*(?:grad(?:ient)?\s+(?=norm))?"
+                               r"(?:(?:validation|evaluation|eval|val|training|train|test)\s+(?=loss))?"
                                r"(?P<m>" + _METRIC_NAME + r")", re.IGNORECASE)
 # The bad value as the metric's adjective: "reports NaN eval loss on every rank", "produces NaN training loss",
 # "a NaN gradient norm" (the word before the metric still names the evaluation loss, _EVAL_BEFORE).
@@ -114,6 +115,7 @@ _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes?(?
                      r"(?:to )?be|"  # "loss always be nan", "the loss seems to be nan"
                      r"(?:came|comes?|turned|turns?) out|"  # "the evaluation loss came out NaN"
                      r"(?:jump(?:s|ed)?|shoots?|shot|spike[sd]?|explode[sd]?|blows? up|blew up)\s+(?:up\s+)?to|"  # "jumps to NaN"
+                     r"reach(?:es|ed)?|hits?|"  # "Loss Reaches NaN"
                      r"变成|为|是|出现|会|就|直接|也|and [\w/]+ (?:will be|are|were|become)|一直为|一直是|"
                      r"显示(?:为|是)?|归|持续|"  # "梯度范数(grad_norm)显示为NaN", "Loss值归零", "梯度范数持续显示为NaN"
                      r"全程|始终|全部|全都|均|"
@@ -134,6 +136,7 @@ _GAP_FILLER = re.compile(
     r"\b(?:after|within|in)\s+(?:the\s+)?(?:a few|several|some|\d+|first|one|two|three)\s+(?:\w+\s+)?"
     r"(?:steps?|iterations?|epochs?)\b|"
     r"\b(?:suddenly|quickly|then|eventually|soon|immediately|directly|finally|gradually|rapidly|just|would|divergence|"
+    r"consistently|constantly|continuously|persistently|"
     r"already|still|again|also)\b|"
     r"\b(?:term|component|part)\b|"  # "the NLL term turns nan"
     r"\b(?:from start to finish|throughout|all along|the whole time)\b|"  # "loss 从头到尾都是 0.0"
@@ -147,8 +150,8 @@ _GAP_FILLER = re.compile(
     re.IGNORECASE)
 # "drops to 0", "降到 0": how a loss reaches zero (with _BAD_VALUE's "0" not followed by more digits).
 _GAP_FALL = re.compile(r"^\s*(?:就|也|都|会|will|would)?\s*"
-                       r"(?:(?:drops?|dropped|falls?|fell|decrease[sd]?|collapse[sd]?)\s+(?:down\s+)?to|"
-                       r"(?:突降|骤降|降|掉|跌|减|回落)(?:到|为|至))\s*$", re.IGNORECASE)
+                       r"(?:(?:drops?|dropped|falls?|fell|decrease[sd]?|reduce[sd]?|collapse[sd]?)\s+(?:down\s+)?to|"
+                       r"(?:突降|骤降|降|掉|跌|减|回落)?(?:到|为|至))\s*$", re.IGNORECASE)
 
 
 def _gap_ok(gap: str) -> bool:
@@ -331,8 +334,8 @@ _COUNTED_ZERO = re.compile(r"[ \t_-]{0,3}(?:iterations?|iters?|steps?|counts?|gr
 _FW_ORDER = ["ms-swift", "OpenRLHF", "LLaMA-Factory", "verl", "xtuner", "trl", "unsloth", "DeepSpeed-Chat",
              "ColossalAI", "axolotl", "Megatron-Bridge", "Megatron-LM", "nemo-rl", "NeMo Automodel", "NeMo",
              "TransformerEngine", "torchtitan", "torchtune", "EasyR1", "AReaL", "SkyRL", "slime", "PaddleNLP",
-             "MindSpeed-LLM", "mlx-lm", "InternEvo", "llm-foundry", "prime-rl", "open-instruct", "ROLL", "DeepSpeed",
-             "transformers"]
+             "MindSpeed-LLM", "mlx-lm", "InternEvo", "llm-foundry", "prime-rl", "open-instruct", "ROLL", "trlx",
+             "safe-rlhf", "DeepSpeed", "transformers"]
 _FW_AMBIGUOUS = {"torch", "pytorch", "transformers", "deepspeed", "hf trainer", *NAMES_THAT_ARE_WORDS}
 _ALGO_AMBIGUOUS = {"rm", "pt", "reward", "gae"}
 
@@ -395,14 +398,15 @@ _SHIFT_ATTN = re.compile(r"S(?:\^?2|²)[- ]?attn|S(?:\^?2|²)[- ]Attention|shift
 # "peft" names adapters in use, not the library installed (`PEFT version: 0.12.0`, `peft==0.12.0`) nor ms-swift's
 # `--tuner_backend peft`, which a full fine-tune passes too.
 # ASCII edges: "lora微调", "用qlora训练" put the name between Chinese characters, where `\b` finds no edge.
-_LORA = re.compile(r"(?<![A-Za-z0-9_])q?lora(?![A-Za-z0-9_])|(?<!tuner_backend )(?<!tuner_backend=)(?<![A-Za-z0-9_])peft(?![A-Za-z0-9_])"
+_LORA = re.compile(r"(?<![A-Za-z0-9_])q?lora(?![A-Za-z0-9_])|(?<![A-Za-z0-9_])(?:LoraConfig|get_peft_model)\(|"
+                   r"(?<![A-Za-z0-9_])lora_(?:r|rank|alpha)[ \t]*=[ \t]*[1-9]|(?<!tuner_backend )(?<!tuner_backend=)(?<![A-Za-z0-9_])peft(?![A-Za-z0-9_])"
                    r"(?![ \t]*(?:version|==|>=|<=|~=|:[ \t]*v?\d|v?\d))", re.IGNORECASE)
 
 
 # A full fine-tune named in words: "全参数微调", "全量微调", "full-parameter fine-tuning", "full finetuning",
 # Unsloth's `full_finetuning=True`.
 _FULL_FT = re.compile(r"全参数?(?:微调|训练|sft|\b)|全量(?:参数)?(?:微调|训练|sft)|full[- _]?(?:param(?:eter)?s?[- _]?)?"
-                      r"(?:fine[- _]?tun\w*|finetun\w*|sft\b)|full[- ]param(?:eter)?s?\b|"
+                      r"(?:fine[- _]?tun\w*|finetun\w*|sft\b)|full[- ]param(?:eter)?s?(?![A-Za-z0-9_])|"
                       r"full_finetuning\s*=\s*true", re.IGNORECASE)
 # Words after a setting, in its clause, that say that run trained, beyond what says it fixed a run (WORKED_AFTER):
 # "with LoRA trained normally", "LoRA runs of the same models trained.", "LoRA 微调正常", "were not affected".
@@ -419,7 +423,7 @@ def _alias_regex(alias: str) -> re.Pattern[str]:
 
 _ALGO_RX = [(name, _alias_regex(a)) for name, aliases in ALGORITHMS.items()
             for a in (name.lower(), *aliases) if a not in _ALGO_AMBIGUOUS]
-_ALGO_RX.append(("RM", re.compile(r"reward[ _-]?model(?:ing|ling)?|奖励模型|\bRM\b")))
+_ALGO_RX.append(("RM", re.compile(r"reward[ _-]?model(?:ing|ling)?|reward\s?模型|奖励模型|\bRM\b")))
 # "GRPO on the SFT'd model", "用 SAPO 训练 SFT 过的 Qwen", "after SFT": where the model came from, not the run's
 # algorithm (an RL run whose report names its starting checkpoint first would read as supervised training).
 # The lookahead follows the name, so it runs only where the name matched (before it, it would scan the rest of the
@@ -488,6 +492,13 @@ _NEGATED_DTYPE = re.compile(r"(?:(?<![A-Za-z])non[- ]?|非 ?|(?:没有?|未|不)
 
 
 _PARTS = re.compile(r"[,，、]")
+_HUB_ID = re.compile(r"(?<![\w/.:$-])(?P<org>[A-Za-z0-9][\w-]{1,38})/(?P<name>[A-Za-z0-9][\w.-]{1,80}[A-Za-z0-9])(?![\w/-]|\.[A-Za-z0-9])"
+                     r"(?<!\.py)(?<!\.sh)(?<!\.yaml)(?<!\.yml)(?<!\.json)(?<!\.txt)(?<!\.md)(?<!\.ipynb)")  # files are no models
+# first parts of a path, not a hub organisation
+_NOT_AN_ORG = frozenset({"examples", "example", "src", "scripts", "script", "data", "configs", "config", "home", "mnt",
+                         "models", "model", "root", "workspace", "output", "outputs", "checkpoints", "ckpt", "tmp",
+                         "datasets", "dataset", "recipes", "train", "tests", "docs", "user", "users", "opt", "usr",
+                         "results", "result", "runs", "logs", "saves", "save", "ckpts", "exp", "experiments"})
 _DTYPE_PAIR_BEFORE = re.compile(r"(?:fp16|bf16|fp32|fp8|float16|bfloat16|float32)[ \t]?/[ \t]?$", re.IGNORECASE)
 _DTYPE_PAIR_AFTER = re.compile(r"[ \t]?/[ \t]?(?:fp16|bf16|fp32|fp8|float16|bfloat16|float32)(?![A-Za-z0-9])", re.IGNORECASE)
 # A form's label with nothing after it: "- Transformers:", "Megatron version: ", "* DeepSpeed 版本："
@@ -571,8 +582,13 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
 
 
 # "similar to https://github.com/volcengine/verl/issues/2626", "see hiyouga/LLaMA-Factory#4020"
-_THREAD_LINK = re.compile(r"https?://(?:www\.)?git(?:hub|ee|code)\.(?:com|net)/[^\s/]+/[^\s/]+/(?:issues|pull|discussions)/"
-                          r"\d+[^\s)\]>]*|(?<![\w/.\-])[\w.-]+/[\w.-]+#\d+\b", re.IGNORECASE)
+# An image or a wiki page of a repository (`.../llama3-Chinese-chat/assets/...png`, `.../Chinese-LLaMA-Alpaca-3/wiki`)
+# names the repository it is stored in, not the run's model or tools (a file run from one, `.../blob/main/x.yaml`,
+# still names the tool).
+_THREAD_LINK = re.compile(r"https?://(?:www\.)?git(?:hub|ee|code)\.(?:com|net)/[^\s/]+/[^\s/]+/(?:issues|pull|discussions|"
+                          r"assets|wiki)\b[^\s)\]>]*|"
+                          r"https?://[\w.-]*githubusercontent\.com/[^\s)\]>]*|"
+                          r"(?<![\w/.\-])[\w.-]+/[\w.-]+#\d+\b", re.IGNORECASE)
 
 
 class _Joined:
@@ -681,6 +697,14 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         fw_joined = _Joined([(n, s) for n, s in fw_joined.lines if n != got[1]])
     if got:
         facts.set("framework", got[0], "text", got[1], got[2], source)
+    if "model" not in facts and "/" in joined.text:
+        # a hub id said in a sentence: "finetune the unsloth/llama-3-8b-bnb-4bit model", "meta-llama/Llama-3.1-8B"
+        for m in _HUB_ID.finditer(joined.text):
+            if m.group("org").lower() not in _NOT_AN_ORG and any(rx.search(m.group("name")) for _, rx in _FAMILY_RX):
+                line = bisect.bisect_right(joined.starts, m.start()) - 1
+                n, s = joined.lines[line]
+                facts.set("model", m.group(0), "text", n, s, source)
+                break
     if "model_family" not in facts:
         model = facts.get("model")  # the model the run loads names its family before any other line does
         if model is not None and _PLACEHOLDER.search(str(model.value)):
@@ -717,7 +741,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             if said_as_fix(s, m.start(), m.end()) and _off_words(s, m.start(), m.end()):
                 facts.add("fix_changes", "sequence_parallel_size=1", "text", n, s, source)  # "关掉之后就正常了"
         m = zero.search(s)
-        if m and mentions_ds:
+        if m and mentions_ds and not _said_off(s, m.start(), m.end()):
             facts.set("zero_stage", int(next(g for g in m.groups() if g)), "text", n, s, source)
         for rx, impl in attn:
             m = rx.search(s)
@@ -915,7 +939,7 @@ _LIGHTNING = re.compile(r"(?<![\w.\-])(?:(?:bf)?16|32|64)-(?:true|mixed)(?![\w\-
 
 # "loss 陡增后变为 0", "the loss suddenly shot up", "grad_norm spikes": a metric that jumped, said in words.
 _PROSE_SPIKE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r"|梯度|损失)(?P<gap>[^\n,，。.;；]{0,20}?)(?:先)?"
-                          r"(?:陡增|突增|暴涨|飙升|激增|猛增|突刺|爆炸|突然(?:增大|变大|上升|升高)|jump(?:s|ed)? (?:up|sharply)|sho(?:ot|ots|t) up|"
+                          r"(?:陡增|突增|骤增|骤升|剧增|暴涨|飙升|激增|猛增|突刺|爆炸|突然(?:增大|变大|上升|升高)|jump(?:s|ed)? (?:up|sharply)|sho(?:ot|ots|t) up|"
                           r"spik(?:e|es|ed|ing|ey|y)\b|blow(?:s|n)? up|blew up|explod(?:e|es|ed)|"
                           r"jump(?:s|ed)? by (?:\w+ )?orders? of magnitude)", re.IGNORECASE)
 # The metric after the word: "sudden huge spikes in the policy loss", "a spike of the grad_norm" (losses, norms and

@@ -84,6 +84,8 @@ def _ascii_bounded(text: str, start: int, end: int) -> bool:
 _DISABLE = re.compile(r"(禁用|关闭|关掉|移除|去掉|去除|删除|删掉|不使用|不用|不要|取消|避免使用|未开启|未启用|未使用|没有?开启?|"
                       r"没有?用|没有?使用|without|not using|(?:do|does|did)(?:n'?t| not) use|disabl\w*|"
                       r"remov\w*|drop\w*|turn(?:ed|ing)? off|no longer|omit\w*|unset)", re.IGNORECASE)
+_IN_SHELL_REF = re.compile(r"\$\{\w*$")
+_NOT_USER = re.compile(r"\bnot us(?:e|er|ing)\s*$", re.IGNORECASE)  # "not user zero3": a typo of "not using"
 _ENABLE = re.compile(r"(启用|开启|打开|使用|用了|加上|加了|添加|设置了|开了|enabl\w*|with|using|turn(?:ed|ing)? on|"
                      r"add\w*|pass\w*|set)", re.IGNORECASE)
 _CLAUSE_END = re.compile(r"[。；;！!？?\n]|，|,(?=\s*[\u4e00-\u9fff])|(?<=[^\d]), ")
@@ -152,6 +154,8 @@ def extract_config(text: str, *, recommendation: bool = False) -> list[Finding]:
         key = PROSE_LABELS.get(re.sub(r"[\s_-]+", " ", lm.group(0).lower()))
         if key is None or _OTHER_QUANTITY.search(text, max(0, lm.start() - 16), lm.start()):
             continue
+        if _IN_SHELL_REF.search(text, max(0, lm.start() - 40), lm.start()):
+            continue  # `${PER_DEVICE_BATCH_SIZE:-1}`: a shell variable's default, read by kb.facts.configs
         vm = _VALUE.match(text, lm.end())
         if key == "model":
             name = normalise_value("model", vm.group("word") or vm.group("qv")) if vm else None
@@ -228,7 +232,7 @@ _NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
                  "sixteen": 16, "一": 1, "两": 2, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8}
 # "8卡lora训练": a Chinese unit may run straight into the next word; an English one may not.
 _NUM_GPUS = re.compile(
-    rf"(?<![A-Za-z\d.])(\d{{1,3}}|{'|'.join(_NUMBER_WORDS)})[ \t]*(?:个|张|块)?[ \t]*(?:[x×*][ \t]*)?"
+    rf"(?<![A-Za-z\d.十百两一二三四五六七八九])(\d{{1,3}}|{'|'.join(_NUMBER_WORDS)})[ \t]*(?:个|张|块)?[ \t]*(?:[x×*][ \t]*)?"
     rf"(?:(?:{GPU_MODELS})[ \t]*)?(?:(?:GPUs?|NPUs?|cards?|{GPU_MODELS})(?![A-Za-z0-9])|显?卡)", re.IGNORECASE)
 _VERSION = re.compile(
     r"(?<![A-Za-z0-9_-])(PyTorch|torch|DeepSpeed|transformers|trl|flash[-_ ]?attn|flash[-_ ]?attention|ms-swift|swift|"
@@ -259,6 +263,9 @@ def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
             out.append(Finding("weights_dtype", "fp16", ".half()", "prose", text.find(".half()")))
     for pat in _ZERO:
         for m in hay.gate(pat).finditer(text):
+            if _DISABLE.search(_clause_before(text, m.start())[-14:]) or _NOT_USER.search(text, max(0, m.start() - 14),
+                                                                                          m.start()):
+                continue  # "I am not using zero3", "（not user zero3）": a stage the run did not use
             out.append(Finding("zero_stage", int(m.group(1)), _snippet(text, m.start(), m.end()), "prose", m.start()))
     if not recommendation:
         for m in hay.gate(_NUM_GPUS).finditer(text):
