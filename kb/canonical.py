@@ -24,6 +24,7 @@ class FactSpec:
     values: dict[str, Any] = field(default_factory=dict)
 
 
+_PEFT_TASK_TYPES = {"causal_lm", "seq_cls", "seq_2_seq_lm", "token_cls", "question_ans", "feature_extraction"}
 _DTYPE = {
     "fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16", "torch.half": "fp16", "16": "fp16",
     "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
@@ -71,7 +72,7 @@ FACTS: tuple[FactSpec, ...] = (
               "block_size"),
              "maximum total sequence length"),
     FactSpec("max_prompt_length", "int", ("max_prompt_length", "max_prompt_len", "prompt_max_len", "data.max_prompt_length",
-                                          "max_input_length"),
+                                          "max_input_length", "max_source_length"),
              "maximum prompt length"),
     FactSpec("max_completion_length", "int",
              ("max_completion_length", "max_response_length", "max_target_length", "generate_max_len",
@@ -336,7 +337,12 @@ def normalise_value(key: str, value: Any) -> Any:
         return m.group(1) if m else None
     if s.kind == "str" and key in {"algorithm", "loss_type", "finetuning_type", "optim", "lora_task_type",
                                    "truncation_mode"}:
-        return re.sub(r"^tasktype\.", "", text.lower()) if key == "lora_task_type" else text.lower()
+        if key == "lora_task_type":  # PEFT's TaskType (a dataset record's "task_type": "xxx" is none)
+            t = re.sub(r"^tasktype\.", "", text.lower())
+            return t if t in _PEFT_TASK_TYPES else None
+        if key == "optim" and re.fullmatch(r"[\d.]+", text):
+            return None  # GPT-NeoX's timing line "optimizer: 1884.36" is milliseconds
+        return text.lower()
     return text
 
 
@@ -563,7 +569,7 @@ ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
                               r"no (?:supervised|valid|target) tokens|tensor\(\s*\[\s*-100(?:\s*,\s*-100)+|"
                               # "a sample has no non-ignored labels", "no labels other than the ignore index"
                               r"no (?:non[- ]ignored|unmasked) (?:labels?|tokens)|no labels? other than (?:the )?"
-                              r"ignore[_ ]index"), True),
+                              r"ignore[_ ]index|Could not find response key"), True),
         # FastChat-style preprocessing (FastChat, LLaVA and its descendants) masks a whole sample when its round
         # lengths do not add up, and says so with this warning.
         ("tokenization_mismatch", r"tokenization mismatch(?::?\s*\d+\s*vs\.?\s*\d+)?", True),
@@ -680,7 +686,7 @@ GPU_MODELS = (r"V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A6000|L40S?|
 # ASCII boundaries: in "在A100上训练" the name sits between Chinese characters, which `\b` counts as word characters.
 # A bare "4090" counts only after a count of cards ("2张4090", "8*4090") or before "显卡" / "GPU": step counters
 # and sample counts look the same.
-GPU_NAME = re.compile(rf"(?<![A-Za-z0-9_])(?P<gpu>{GPU_MODELS}|(?:(?<=[张块卡台*×xX])|(?<=[张块卡台*×xX]\s)|(?<=NVIDIA )|"
+GPU_NAME = re.compile(rf"(?:(?<![A-Za-z0-9_])|(?<=\d[xX×]))(?P<gpu>{GPU_MODELS}|[2345]0[6789]0\s?[Tt][Ii](?![A-Za-z])|(?:(?<=[张块卡台*×xX])|(?<=[张块卡台*×xX]\s)|(?<=NVIDIA )|"
                       rf"(?<=single ))[2345]0[6789]0(?:\s?Ti|D)?|"
                       rf"[2345]0[6789]0(?:\s?Ti|D)?(?=\s?(?:显卡|GPU)))(?![A-Za-z0-9_])")
 # (A bare "3090" is not enough: step counters and sample counts look the same.)
@@ -694,7 +700,10 @@ def gpu_name(raw: str) -> str:
     name = re.sub(r"^MI (?=\d)", "MI", name)  # "8 MI 250 GPUs"
     if re.fullmatch(r"[ahv]\d{3}|h20", name):
         return name.upper()
-    return f"RTX {name}" if re.fullmatch(r"[2345]0[6789]0(?: ?Ti|D)?", name) else name
+    m = re.fullmatch(r"([2345]0[6789]0)(?: ?(ti|Ti|TI|tI)|(D))?", name)  # "2080ti" -> "RTX 2080 Ti"
+    if m:
+        return f"RTX {m.group(1)}" + (" Ti" if m.group(2) else "D" if m.group(3) else "")
+    return name
 
 
 # The question that settles a fact, in both languages (differential diagnosis asks the 1-3 that separate the

@@ -1350,3 +1350,71 @@ def test_raw_thread_openings_third_round(text, key, value):
 ])
 def test_raw_thread_openings_fourth_round(text, key, value):
     assert values(text).get(key) == value
+
+
+# The fifth round (multimodal fine-tuning, long training logs, plain PyTorch loops and small projects, masking /
+# template / padding reports).
+_NEOX = (" samples/sec: 1.702 | iteration        {i}/   55000 | elapsed time per iteration (ms): 9398.3 | learning rate: "
+         "{lr} | approx flops per GPU: 47.4TFLOPS | lm_loss: {loss} | loss scale: 4096.0 |")
+
+
+@pytest.mark.parametrize(("text", "key", "value"), [
+    # log formats
+    ("[pretrain.py][INFO] Epoch:[0/2](6000/293491) loss:4.294 lr:0.0000991\n"
+     "[pretrain.py][INFO] Epoch:[0/2](7000/293491) loss:nan lr:0.0000987", "first_bad_step", 7000),
+    (_NEOX.format(i=1, lr="1.212E-09", loss="2.275809E+00") + "\n" + _NEOX.format(i=2, lr="2.424E-09", loss="nan"),
+     "learning_rate", 2.424e-09),  # GPT-NeoX's lines are records; their rate is a logged one, not a setting
+    ("Epoch 0:  71%|#####| 5880/8295 [04:01<01:39, 24.37it/s, v_num=0, train_loss_step=nan.0]", "nan_metrics",
+     ["train_loss_step"]),  # Lightning prints nan.0
+    ('{"loss": 0.0, "global_step/max_steps": "1/10000", "memory(GiB)": 55.33, "train_speed(s/it)": 35.87}',
+     "framework", "ms-swift"),
+    ("[rank0]:[titan] 2025-01-01 - root - INFO - step: 79  loss:  7.62585  grad_norm: 26.6250\n"
+     "[rank0]:[titan] 2025-01-01 - root - INFO - step: 80  loss:  nan  grad_norm: nan", "framework", "torchtitan"),
+    ("time (ms) | forward: 1897.36 | backward: 3000.1 | optimizer: 1450.71 | batch generator: 3.2", "optim", None),
+    # steps and values in words
+    ("训练到20000多steps就出现了nan", "first_bad_step", 20000),
+    ("在第300步后loss变成nan", "first_bad_step", 300),
+    ("the loss was always 0.", "zero_metrics", ["loss"]),
+    ("loss is 0.5.", "zero_metrics", None),
+    ("with bf16 the loss is 0 and `grad_norm` is nan", "nan_metrics", ["grad_norm"]),
+    ("The perplexity and cross-entropy become NaN after about 480000 steps", "nan_metrics", ["loss"]),
+    ("loss为0 grand_norm为nan", "nan_metrics", ["grad_norm"]),
+    ("loss is nan. No pre-crash signature, no reward-std collapse.", "symptom", ["nan"]),
+    # no ZeRO stage from a recipe's stage; no attention from an installed package
+    ("Loss becomes zero and grad_norm turns to NaN during stage 2 training", "zero_stage", None),
+    ("deepspeed stage 2 loss nan", "zero_stage", 2),
+    ("flash-attn==2.5.8\nloss nan", "attn_implementation", None),
+    ("use flash attention 2, loss nan", "attn_implementation", "flash_attention_2"),
+    # dtypes: given up, or a hardware check
+    ("I changed the --mixed_precision to FP16 instead of BF16 since this GPU card cannot work on BF16. Loss is nan.",
+     "working_dtype", None),
+    ("The GPU passed a bf16 GEMM check with zero ECC errors. Loss is nan at step 30.", "precision", None),
+    # algorithms: a projector's path and argument are no pretraining run; a stage that went fine is passed over
+    ("loss is nan\n--lora_enable True --pretrain_mm_mlp_adapter ./checkpoints/llava-pretrain/mm_projector.bin",
+     "algorithm", None),
+    ("Pretraining was fine. Fine-tuning gives loss nan.", "algorithm", "SFT"),
+    # frameworks: trl listed among installed packages is no framework
+    ("loss变成nan\n[57323] - TRL version: 0.9.6", "framework", None),
+    ("rinna/japanese-gpt-neox-3.6b-instruction-ppo in 8 bit: eval_loss nan", "framework", None),  # a model's name
+    # GPUs
+    ("device: 2080ti, loss nan", "gpu", "RTX 2080 Ti"),
+    ("Training on 8xH100, loss goes nan at step 30.", "gpu", "H100"),
+    ("Running on 1 Nvidia L40S", "num_gpus", 1),
+    ("训练loss骤降\n![Image](https://github.com/user-attachments/assets/8906c13c-bc18-4a40-b3bb-9fb5997f96e3)", "num_gpus",
+     None),  # not "4a40" inside an attachment's id
+    # commands and shell variables
+    ("export CUDA_VISIBLE_DEVICES=\"1,6,7\" && DS_SKIP_CUDA_CHECK=1 torchrun --standalone --nproc_per_node=gpu train.py",
+     "num_gpus", 3),
+    ("BATCH_SIZE=${BATCH_SIZE:-128}\nPER_DEVICE_BATCH_SIZE=${PER_DEVICE_BATCH_SIZE:-1}\n"
+     "torchrun train.py --per_device_train_batch_size ${PER_DEVICE_BATCH_SIZE}", "micro_batch_size", 1),
+    ("python reward_modeling.py --max_source_length 256 --max_target_length 256", "max_prompt_length", 256),
+    # masking set up in code, and TRL's warning that an instance was masked whole
+    ('trainer = train_on_responses_only(trainer, instruction_part = "user", response_part = "model")',
+     "completion_only_loss", True),
+    ("collator = DataCollatorForCompletionOnlyLM(response_template, tokenizer=tokenizer)", "completion_only_loss", True),
+    ("UserWarning: Could not find response key [22559, 25, 220] in the following instance.", "errors",
+     ["labels_all_masked"]),
+    ('{"image": ["a.jpg"], "text": "Human: <image>", "task_type": "xxx"}', "lora_task_type", None),
+])
+def test_raw_thread_openings_fifth_round(text, key, value):
+    assert values(text).get(key) == value

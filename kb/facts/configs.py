@@ -60,7 +60,7 @@ def _unwrap(toks: list[str], i: int = 0) -> int:
 # A launcher script's own variables: `MODEL_PATH=/nas/qwen2.5-7b-it` or `export LR=4e-7` on a line of its own, used
 # later as `--model $MODEL_PATH` / `optim.lr=${LR}`.
 _SHELL_ASSIGN = re.compile(r"^[ \t]*(?:export[ \t]+)?(?P<k>[A-Za-z_]\w*)=(?P<v>\"[^\"$`]*\"|'[^']*'|[^\s$`;&|]+|"
-                           r"\$\(\([ \t\d*]{1,40}\)\))[ \t]*$")
+                           r"\$\(\([ \t\d*]{1,40}\)\)|\$\{[A-Za-z_]\w*:-[^}\s$]{1,40}\})[ \t]*(?:&&.*)?$")
 # Shell arithmetic of verl's example scripts: `max_response_length=$((1024 * 8))` (products of numbers only).
 _SHELL_ARITH = re.compile(r"\$\(\([ \t]{0,3}(\d{1,7}(?:[ \t]{0,3}\*[ \t]{0,3}\d{1,7}){0,3})[ \t]{0,3}\)\)")
 
@@ -175,7 +175,8 @@ def _line_value(v: str, sep: str) -> str | None:
     (`a.b=1 c.d=low_var_kl`) are each read by `inline`; a trailing `\\` continuation is dropped.
     None for a Python call (`model = AutoModel.from_pretrained(`), which is not a setting.
     """
-    v = _arith(re.sub(r"\s*\\$", "", v.strip()))
+    v = re.sub(r"\s*\\$", "", v.strip())
+    v = _arith(v) if "$((" in v else v
     if not v:
         return ""
     if v[0] in "'\"":
@@ -513,6 +514,7 @@ def inline(lines: list[tuple[int, str]], facts: Facts, source: str,
 
 
 # A command quoted in backticks after a label ("执行命令：`llamafactory-cli train x.yaml`", "run: `bash train.sh`").
+_EXPORT_THEN = re.compile(r"^[ \t]*(?:export[ \t]+[A-Za-z_]\w*=\S*[ \t]*&&[ \t]*)+")  # export X=1 && cmd
 _QUOTED_COMMAND = re.compile(r"^[^`\n]{0,24}?[:：][ \t]*`([^`\n]+)`[ \t]*$")
 
 
@@ -529,6 +531,7 @@ def logical_commands(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
         if cont:
             continue
         joined = _QUOTED_COMMAND.sub(r"\1", " ".join(x.strip() for x in buf))
+        joined = _EXPORT_THEN.sub("", joined)
         buf = []
         toks = joined.split()
         i = 0

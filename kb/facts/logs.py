@@ -23,7 +23,7 @@ from kb.facts.model import INFERRED_LR, Facts
 from kb.facts.prefilter import Haystack
 
 # --- metric lines -----------------------------------------------------------------------------------------
-_NUM = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+)|[-+]?nan|[-+]?inf(?:inity)?"
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+)|[-+]?nan(?:\.0)?|[-+]?inf(?:inity)?(?:\.0)?"
 # Keys start at a word boundary (the look-behind), so a long run of word characters is scanned once, not once per
 # position. Keys are ASCII: in "使用bf16訓練總是出現loss': 0.0" the key is "loss", not the Chinese words before it.
 _PAIR = re.compile(r"(?<![A-Za-z0-9_/.\-])['\"]?(?P<k>[A-Za-z_][A-Za-z0-9_/.\-]*)['\"]?\s*[:=]\s*(?:tensor\()?['\"]?(?P<v>" + _NUM + r")(?![\w.])",
@@ -50,6 +50,8 @@ _COUNTER_STEP = re.compile(r"(?<![\w/])(?:iteration|iter(?:\(train\))?|global_st
 # not the epoch's own "Epoch [1/3]".
 _BRACKET_STEP = re.compile(r"\[\s*(\d+)\s*/\s*\d+\s*\]")
 _EPOCH_BEFORE = re.compile(r"epoch\W{0,3}$", re.IGNORECASE)
+# The step after the epoch's bracket, minimind / baby-llama2's "Epoch:[0/2](7000/293491) loss:nan lr:0.0000987".
+_EPOCH_THEN_STEP = re.compile(r"epoch\W{0,3}\[\s*\d+\s*/\s*\d+\s*\]\s*\(\s*(\d+)\s*/\s*\d+\s*\)", re.IGNORECASE)
 # A line that opens with its counter: nanochat's "step 00004 (0.33%) | loss: nan", "step 1: loss=0.0", mlx's "Iter 10:".
 _LEAD_STEP = re.compile(r"^\W{0,3}(?:global[ _])?(?:step|iter(?:ation)?|batch)\s*[:#]?\s*(\d+)\b(?![./])", re.IGNORECASE)
 # Megatron names some metrics in two words ("lm loss: NAN | grad norm: nan | loss scale: 1.0"), so do hand-written
@@ -121,7 +123,7 @@ def _record_from_pairs(n: int, text: str, pairs: list[tuple[str, str]]) -> Recor
 
 def _counter(text: str) -> int | None:
     """The step a log line's own progress counter names, if it has one."""
-    m = (_COUNTER_STEP.search(text) or _LEAD_STEP.search(text) or _TQDM_STEP.search(text)
+    m = (_COUNTER_STEP.search(text) or _LEAD_STEP.search(text) or _TQDM_STEP.search(text) or _EPOCH_THEN_STEP.search(text)
          or next((b for b in _BRACKET_STEP.finditer(text) if not _EPOCH_BEFORE.search(text[:b.start()])), None))
     return int(m.group(1)) if m else None
 
@@ -184,7 +186,8 @@ def parse_metric_records(lines: list[tuple[int, str]]) -> list[Record]:
                 if rec:
                     records.append(rec)
                 continue
-            space = [m for c in cells if (m := _SPACE_PAIR.match(c))]
+            # GPT-NeoX's "| learning rate: 1.212E-09 | lm_loss: nan |": two-word names joined as on other lines
+            space = [m for c in cells if (m := _SPACE_PAIR.match(_TWO_WORDS.sub(_two_words, c)))]
             if len(space) >= 2:
                 rec = _record_from_pairs(n, s, [(m.group("k").lower(), m.group("v")) for m in space])
                 if rec:
@@ -299,6 +302,9 @@ def metric_facts(records: list[Record], facts: Facts, source: str) -> None:
     _swift_log(records, facts, source)
 
 
+_SWIFT_KEYS = re.compile(r"['\"](?:memory\(GiB\)|train_speed\((?:iter/s|s/it)\))['\"]\s*:")
+
+
 def _pairwise_tie(records: list[Record], facts: Facts, source: str) -> None:
     """A preference loss pinned at ln 2 with chosen and rejected scored alike, record after record (`'loss': 0.6931,
     'rewards/margins': 0.0`): the collapse the prose reader calls `pairwise_tie`. One such record is every DPO run's
@@ -317,10 +323,14 @@ def _pairwise_tie(records: list[Record], facts: Facts, source: str) -> None:
 
 
 def _swift_log(records: list[Record], facts: Facts, source: str) -> None:
-    """ms-swift's own log records (`'memory(GiB)'`, `'train_speed(iter/s)'`) name the framework."""
+    """A trainer's own log format names it: ms-swift's records (`'memory(GiB)': 55.3`, `'train_speed(iter/s)'` or
+    `'train_speed(s/it)'`), torchtitan's `[titan]` lines."""
     for r in records:
-        if any(k in ("memory(GiB)", "train_speed(iter/s)") for k in r.metrics) or "'train_speed(iter/s)'" in r.text:
+        if _SWIFT_KEYS.search(r.text):
             facts.set("framework", "ms-swift", "log", r.line, r.text.strip(), source)
+            return
+        if "[titan]" in r.text:
+            facts.set("framework", "torchtitan", "log", r.line, r.text.strip(), source)
             return
 
 

@@ -58,7 +58,9 @@ _ZERO = re.compile(r"(?<![A-Za-z0-9_])zero[ _-]?(?:stage[ _-]?)?([123])(?![A-Za-
 _ATTN = (
     # not when the name is a switch set off or left to the default (`--flash_attn False`, `flash_attn: auto`)
     (re.compile(r"(?:flash[ _-]?attn|flash[ _-]?attention|\bfa2\b)(?:_?2)?"
-                r"(?![ \t]*[:=]?[ \t]*[\"']?(?:" + "|".join((*SWITCH_OFF, "disabled")) + r")\b)", re.IGNORECASE),
+                r"(?![ \t]*[:=]?[ \t]*[\"']?(?:" + "|".join((*SWITCH_OFF, "disabled")) + r")\b)"
+                # `flash-attn==2.5.8`, `flash-attn   2.3.3   pypi_0`, `- flash_attn version: 2.5.8`: installed, not used
+                r"(?![ \t]*(?:version)?[ \t]*(?:==|>=|~=|:)?[ \t]*v?\d+\.\d)", re.IGNORECASE),
      "flash_attention_2"),
     (re.compile(r"(?<![A-Za-z0-9_])sdpa(?![A-Za-z0-9_])|scaled_dot_product_attention", re.IGNORECASE), "sdpa"),
     (re.compile(r"(?<![A-Za-z0-9_])eager attention|attn_implementation\W+eager", re.IGNORECASE), "eager"),
@@ -79,7 +81,7 @@ _LENGTH_NORM = re.compile(r"length[- ]normali[sz]\w*|average[_ ]log[_ ]?probs?|a
 # "normal", "apply" and "accelerate" (which hold kl, norm, ppl and acc) are none.
 _METRIC_NAME = (r"(?:(?:[A-Za-z]+[_/])*(?:[A-Za-z]*(?:loss|norm)(?:es|s)?|kld?|acc|accuracy|rewards?|logps|logits|"
                 r"margins?|x?entropy|ppl|nll)\d*(?:[_/][A-Za-z0-9]+)*(?![A-Za-z0-9]))")
-_BAD_VALUE = r"(?:(?i:nans?|inf|infinity)|无穷大?|0(?:\.0+)?(?![\d.])|zero|零(?![点.]))"  # "kl变为Nan" too
+_BAD_VALUE = r"(?:(?i:nans?|inf|infinity)|无穷大?|0(?:\.0+)?(?!\d|\.\d)|zero|零(?![点.]))"  # "kl变为Nan" too
 _PROSE_METRIC = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")(?=(?P<gap>[^\n,，。.;；=]{0,30}?)"
                            r"(?<![A-Za-z0-9_.])(?P<v>" + _BAD_VALUE + r")(?![A-Za-z0-9_]))", re.IGNORECASE)
 # The same with a metric named in Chinese: "损失变成 nan", "梯度范数一直为 0", "验证集上的损失为 nan", "奖励变为 nan"
@@ -146,7 +148,7 @@ _GAP_FILLER = re.compile(
     r"突然|很快|迅速|快速|直接|一下子?|马上|立刻|立即|最终|最后|随后|然后|逐渐|慢慢|之后|后来|了|数值|值|指标|曲线|项|部分|开始|"
     r"[（(][ \t]{0,3}[A-Za-z_][\w/ ]{0,30}[)）]|"  # "损失值(loss)突然变为NaN", "梯度范数(grad_norm)也为0": the name again
     r"\bstart(?:s|ed)? (?:to be|being)\b|"  # "loss 开始为 nan", "the loss started being nan"
-    r"从头到尾|自始至终|一开始就|从一开始",
+    r"从头到尾|自始至终|一开始就|从一开始|^[`'\"]",
     re.IGNORECASE)
 # "drops to 0", "降到 0": how a loss reaches zero (with _BAD_VALUE's "0" not followed by more digits).
 _GAP_FALL = re.compile(r"^\s*(?:就|也|都|会|will|would)?\s*"
@@ -174,12 +176,12 @@ _AT_STEP = re.compile(r"\b(?:(?:at|from|since|starting (?:at|from)|on|after|arou
                       r"(?:the )?(?:step|iteration|iter)(?: ?= ?| )(\d{1,3}(?:,\d{3}){1,2}(?!\d)|\d{1,7})|"
                       r"after (?:about |around |roughly |approximately |~ ?)?(\d{1,3}(?:,\d{3}){1,2}|\d{1,7}) (?:training )?"
                       r"(?:steps|iterations|iters))\b|"
-                      r"从?第\s*(\d{1,7}|[一二三四五六七八九十两]{1,3})\s*(?:步|个\s*step|次迭代)\s*(?:开始|起|就|时)|"
+                      r"从?第\s*(\d{1,7}|[一二三四五六七八九十两]{1,3})\s*(?:步|个\s*step|次迭代)\s*(?:开始|起|就|时|后|之后|以后)|"
                       r"(?:训练|跑)了?\s*(\d{1,7})\s*[多余]?\s*(?:步|个\s*steps?|次迭代)\s*(?:之后|以后|后)|"
                       # "大约 20 多步后 loss 开始为 nan" (not "每 100 步后": a period, not a moment)
                       r"(?<![每\d])(?:大约|大概|约)\s*(\d{1,7})\s*[多余]?\s*(?:步|个\s*steps?|次迭代)\s*(?:之后|以后|后)|"
                       # "训练到 1000 多步时": about that step ("多" / "余": a few more)
-                      r"(?:训练|跑)到\s*第?\s*(\d{1,7})\s*[多余]?\s*(?:步|个?\s*(?:iter|step)s?\b|次迭代)|"
+                      r"(?:训练|跑)?到\s*第?\s*(\d{1,7})\s*[多余]?\s*(?:步|个?\s*(?:iter|step)s?(?![A-Za-z0-9_])|次迭代)|"
                       # "训练到 step 205 左右出现 nan", "在step205左右nan"
                       r"(?:训练|跑|在)到?\s*(?:step|iter(?:ation)?)\s*(\d{1,7})", re.IGNORECASE)
 _CN_DIGITS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
@@ -197,8 +199,8 @@ def _step_number(word: str) -> int | None:
     return _CN_DIGITS.get(word) if len(word) == 1 else None
 
 
-_BAD_IN_CLAUSE = re.compile(r"(?<![\w.])(?:nan|inf)(?!\w)|(?:为|是|都是|就是|变成|变为)\s*0(?![\d.])|"
-                            r"\b(?:loss|norm)\s*[:=]?\s*0(?:\.0+)?(?![\d.])|\b(?:is|was|are|were|of|to|becomes?|became)\s+"
+_BAD_IN_CLAUSE = re.compile(r"(?<![A-Za-z0-9_.])(?:nan|inf)(?![A-Za-z0-9_])|(?:为|是|都是|就是|变成|变为)\s*0(?![\d.])|"
+                            r"(?<![A-Za-z0-9_])(?:loss|norm)\s*[:=]?\s*0(?:\.0+)?(?![\d.])|\b(?:is|was|are|were|of|to|becomes?|became)\s+"
                             r"(?:0(?:\.0+)?(?![\d.])|zero\b)", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<!\d)\.|\.(?!\d)|[。;；!?！？]")  # not the point of "0.0"
 _NORMAL_IN_CLAUSE = re.compile(r"正常|\bnormal(?!i[sz])|\bfine(?![- _]?tun)\b|\bok\b|healthy|没问题", re.IGNORECASE)
@@ -317,6 +319,7 @@ def _climbs_back(line: str) -> bool:
 # "No errors, no nan", "without any inf", "没有出现 nan", "未报 nan": the symptom word is said to be absent.
 # A negation reaches along a list of symptom words: "no NaN or inf appears", "没有出现 nan 或 inf".
 _SAID_ABSENT = re.compile(r"(?:\bno|\bnot|\bnothing|\bneither|\bwithout|\bnever|\bzero|没有|没|无|未|不)\s*(?:(?:any|a)\s+|"
+                          r"(?<=no )[A-Za-z][\w/-]{0,20}-[\w/-]{1,20}\s+|"  # "no reward-std collapse"
                           r"(?:出现|发现|见到|遇到|报告?|提到)\s*|(?:reported|mentioned|seen)\s+)?"
                           r"(?:(?:nans?|inf|infinity|overflows?|无穷大?|溢出)\s*(?:,|/|\bor\b|\bnor\b|\band\b|或者?|和|、)\s*)*$",
                           re.IGNORECASE)
@@ -433,7 +436,7 @@ _ALGO_RX = [(name, re.compile(r"(?<!after )(?<!经过)(?:" + rx.pattern + ")" + 
             if name == "SFT" else (name, rx) for name, rx in _ALGO_RX]
 # "the pre-training model I'm using is llama2", "预训练模型是 qwen2": the checkpoint the run starts from, not a
 # pretraining run.
-_ALGO_RX = [(name, re.compile(r"(?:" + rx.pattern + r")(?!\s*(?:models?\b|模型|权重|weights?\b|checkpoints?\b|ckpt))",
+_ALGO_RX = [(name, re.compile(r"(?:" + rx.pattern + r")(?!\s*(?:models?\b|模型|权重|weights?\b|checkpoints?\b|ckpt)|_mm|_adapter|/)",
                               rx.flags)) if name == "pretrain" else (name, rx) for name, rx in _ALGO_RX]
 # A logged metric's path names the trainer's bookkeeping, not the algorithm: verl logs `actor/ppo_kl: ...` for GRPO
 # runs too (a script's path still names it: examples/ppo_trainer/, scripts/reward_modeling.py). Checked per match in
@@ -482,7 +485,8 @@ _STILL_BAD = re.compile(r"\b(?:still|again|the same)\b[^.。\n]{0,30}?(?:(?<![A-
 _NOT_SUPPORTED_AFTER = re.compile(r"[ \t]{0,4}(?:(?:is|was)[ \t]{0,4}(?:not|n't)[ \t]{1,4}(?:supported|available)|"
                                   r"isn'?t[ \t]{1,4}(?:supported|available)|"
                                   r"(?:不被)?不支持|用不了|不可用)", re.IGNORECASE)  # "bf16 is not supported on my GPU"
-_CANNOT_USE = re.compile(r"(?:不支持|用不了|不能用|无法使用|没法用|不可用|can(?:'|no)?t use|cannot use|(?:doesn'?t|does not|don'?t|"
+_CANNOT_USE = re.compile(r"(?:不支持|用不了|不能用|无法使用|没法用|不可用|can(?:'|no)?t use|cannot use|can(?:'|no)?t (?:work|run) (?:on|with)|"
+                         r"cannot (?:work|run) (?:on|with)|(?:doesn'?t|does not|don'?t|"
                          r"do not) support|no support for|unsupported)\s*$", re.IGNORECASE)
 
 
@@ -492,6 +496,9 @@ _NEGATED_DTYPE = re.compile(r"(?:(?<![A-Za-z])non[- ]?|非 ?|(?:没有?|未|不)
 
 
 _PARTS = re.compile(r"[,，、]")
+_COMPLETION_ONLY = re.compile(r"(?<![\w.])(?:train_on_responses_only|DataCollatorForCompletionOnlyLM)\(")
+_HARDWARE_AFTER = re.compile(r"[ \t-]{0,2}(?:GEMMs?|matmuls?|check|benchmark|tflops|flops)\b", re.IGNORECASE)  # "a bf16 GEMM check"
+_INSTEAD_OF = re.compile(r"instead of[ \t]*$|rather than[ \t]*$|而不是[ \t]*$", re.IGNORECASE)
 _HUB_ID = re.compile(r"(?<![\w/.:$-])(?P<org>[A-Za-z0-9][\w-]{1,38})/(?P<name>[A-Za-z0-9][\w.-]{1,80}[A-Za-z0-9])(?![\w/-]|\.[A-Za-z0-9])"
                      r"(?<!\.py)(?<!\.sh)(?<!\.yaml)(?<!\.yml)(?<!\.json)(?<!\.txt)(?<!\.md)(?<!\.ipynb)")  # files are no models
 # first parts of a path, not a hub organisation
@@ -502,6 +509,9 @@ _NOT_AN_ORG = frozenset({"examples", "example", "src", "scripts", "script", "dat
 _DTYPE_PAIR_BEFORE = re.compile(r"(?:fp16|bf16|fp32|fp8|float16|bfloat16|float32)[ \t]?/[ \t]?$", re.IGNORECASE)
 _DTYPE_PAIR_AFTER = re.compile(r"[ \t]?/[ \t]?(?:fp16|bf16|fp32|fp8|float16|bfloat16|float32)(?![A-Za-z0-9])", re.IGNORECASE)
 # A form's label with nothing after it: "- Transformers:", "Megatron version: ", "* DeepSpeed 版本："
+# trl's installed version in an environment list ("- TRL version: 0.9.6", "trl 0.19.0", "trl==0.9.6"): LLaMA-Factory,
+# unsloth and others install it; it names no framework the report ran.
+_DEPENDENCY_LINE = re.compile(r"^[\s>*|\[\]\d-]{0,12}trl[ \t]*(?:version)?[ \t]*(?:[:=：]=?|\|)?[ \t]*v?\d+\.\d+", re.IGNORECASE)
 _EMPTY_FIELD = re.compile(r"^[\s>*#-]{0,8}[A-Za-z][\w .-]{0,30}?(?:[ _]?(?:version|版本))?[ \t]*[:：][ \t]*$", re.IGNORECASE)
 
 
@@ -532,7 +542,7 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                 # `"fp16": {...}`, `--fp16`, `fp16=True` are settings, read by kb.facts.configs.
                 before = clause[max(0, m.start() - 40): m.start()]  # bounded: a slice per match, not the prefix
                 if _SETTING_AFTER.match(clause, m.end()) or _SETTING_BEFORE.search(before[-2:]) \
-                        or _HARDWARE_FIGURE.search(before):
+                        or _HARDWARE_FIGURE.search(before) or _HARDWARE_AFTER.match(clause, m.end()):
                     continue  # `Peak FLOPS (BF16)`: what the GPU can do, not what the run uses
                 d = DTYPE_OF_WORD.get(fold(m.group(1)))  # fold: IGNORECASE matched "İ" / "ſ" too
                 if d is None:
@@ -555,6 +565,8 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                 if FIX_CUE.search(before) and still and not _BETTER.search(after[: still.start()]):
                     facts.set("precision", d, "text", n, clause, source)  # switched to it, and it still fails
                     continue
+                if _INSTEAD_OF.search(before):
+                    continue  # "changed it to FP16 instead of BF16": the dtype given up, neither run nor fix
                 if _TRIED.search(before):
                     # tried and dropped; a bf16 / fp32 tried that trained is the setting that worked
                     if d in ("bf16", "fp32") and (_GOOD.search(part) or _GOOD.search(clause)):
@@ -632,9 +644,9 @@ def _first(joined: _Joined, rxs: list[tuple[str, re.Pattern[str]]]) -> tuple[str
 # "Pretraining looked normal, but the fine-tuning stage showed a loss of 0", "pretraining completed and produced the
 # projector; the fine-tuning stage ...": a stage of the recipe that went through, before the one that failed.
 _STAGE_DONE = re.compile(r"[^.,;:!?。，；：！？\n]{0,30}?(?:\b(?:completed|finished|succeeded|went (?:fine|well)|"
-                         r"(?:looked|was|ran) (?:normal|fine|ok)|is (?:done|fine))\b|正常|完成|没问题)", re.IGNORECASE)
+                         r"(?:looked|was|ran) (?:normal|fine|ok)|is (?:done|fine)|works? fine|worked fine|went fine)\b|正常|完成|没问题)", re.IGNORECASE)
 # The stage after it when the first was pretraining: LLaVA-style recipes pretrain a projector, then fine-tune.
-_FINETUNE_STAGE = re.compile(r"fine-?tun\w*(?: stage| phase)|finetun\w*(?: stage| phase)|(?:instruction|visual instruction)"
+_FINETUNE_STAGE = re.compile(r"fine-?tun\w*|finetun\w*(?: stage| phase)|(?:instruction|visual instruction)"
                              r"[- ]tuning|\bstage[- ]?2\b|第二阶段|微调阶段|指令微调", re.IGNORECASE)
 
 
@@ -691,12 +703,19 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             m = dict(_FW_RX)[got[0]].search(got[2]) if got else None
             if m and _said_off(got[2], m.start(), m.end()):
                 got = None
-        if got is None or not _empty_field(fw_joined.lines, got[1], got[2]):
+        if got is None or not (_empty_field(fw_joined.lines, got[1], got[2])
+                                or (got[0] == "trl" and _DEPENDENCY_LINE.match(got[2]))):
             break
         # an issue form's field left empty ("- Transformers:", "Megatron version: "): the name states nothing
         fw_joined = _Joined([(n, s) for n, s in fw_joined.lines if n != got[1]])
     if got:
         facts.set("framework", got[0], "text", got[1], got[2], source)
+    m = _COMPLETION_ONLY.search(joined.text) if "(" in joined.text else None
+    if m and "completion_only_loss" not in facts:
+        # unsloth's train_on_responses_only(...), TRL's DataCollatorForCompletionOnlyLM(...): the loss is computed on
+        # the responses only, the masking these reports are about
+        line = bisect.bisect_right(joined.starts, m.start()) - 1
+        facts.set("completion_only_loss", True, "text", joined.lines[line][0], joined.lines[line][1], source)
     if "model" not in facts and "/" in joined.text:
         # a hub id said in a sentence: "finetune the unsloth/llama-3-8b-bnb-4bit model", "meta-llama/Llama-3.1-8B"
         for m in _HUB_ID.finditer(joined.text):
@@ -713,7 +732,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         got = (fam, model.line, model.detail) if fam and model is not None else _family(joined)
         if got:
             facts.set("model_family", got[0], "text", got[1], got[2], source)
-    mentions_ds = re.search(r"deepspeed|zero", joined.text, re.IGNORECASE) is not None
+    mentions_ds = re.search(r"deepspeed|zero[-_ ]?(?:stage|[0-3]\b|optimi[sz])|\bds_z", joined.text, re.IGNORECASE) is not None
     # Each pattern below runs on every line: one substring test over the paste drops those that cannot match.
     hay = Haystack(joined.text, joined.low)
     sp, zero, collapse, shift_attn, kl_k3, length_norm, lora, prose_metric, trajectory, metric_rev, lr_fix, \
@@ -1049,6 +1068,9 @@ _GRAD_BEFORE = re.compile(r"(?<![A-Za-z])grad(?:ient)?s?[ _-]*$", re.IGNORECASE)
 
 def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: str, start: int = -1) -> None:
     name = name.strip("/").lower()
+    if name == "entropy" and start > 0 and re.search(r"cross[- _]?$", s[max(0, start - 6):start], re.IGNORECASE):
+        name = "loss"  # "the perplexity and cross-entropy become NaN": the training loss, not a policy's entropy
+    name = {"grand_norm": "grad_norm"}.get(name, name)  # a typo often made
     if name == "loss" and start > 0 and _EVAL_BEFORE.search(s[max(0, start - 20):start]):
         name = "eval_loss"
     if name in ("norm", "norms") and start > 0 and _GRAD_BEFORE.search(s[max(0, start - 12):start]):

@@ -232,8 +232,8 @@ _NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
                  "sixteen": 16, "一": 1, "两": 2, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8}
 # "8卡lora训练": a Chinese unit may run straight into the next word; an English one may not.
 _NUM_GPUS = re.compile(
-    rf"(?<![A-Za-z\d.十百两一二三四五六七八九])(\d{{1,3}}|{'|'.join(_NUMBER_WORDS)})[ \t]*(?:个|张|块)?[ \t]*(?:[x×*][ \t]*)?"
-    rf"(?:(?:{GPU_MODELS})[ \t]*)?(?:(?:GPUs?|NPUs?|cards?|{GPU_MODELS})(?![A-Za-z0-9])|显?卡)", re.IGNORECASE)
+    rf"(?<![A-Za-z\d.十百两一二三四五六七八九/-])(\d{{1,3}}|{'|'.join(_NUMBER_WORDS)})[ \t]*(?:个|张|块)?[ \t]*(?:[x×*][ \t]*)?"
+    rf"(?:(?:NVIDIA|Nvidia|nvidia)[ \t]+)?(?:(?:{GPU_MODELS})[ \t]*)?(?:(?:GPUs?|NPUs?|cards?|{GPU_MODELS})(?![A-Za-z0-9])|显?卡)", re.IGNORECASE)
 _VERSION = re.compile(
     r"(?<![A-Za-z0-9_-])(PyTorch|torch|DeepSpeed|transformers|trl|flash[-_ ]?attn|flash[-_ ]?attention|ms-swift|swift|"
     r"OpenRLHF|xtuner|LLaMA-Factory|llamafactory|verl|vllm|peft|accelerate)\s*(?:==|=|:|版本(?:为|是|号)?|version|v)?\s*v?"
