@@ -508,10 +508,10 @@ _NOT_AN_ORG = frozenset({"examples", "example", "src", "scripts", "script", "dat
                          "results", "result", "runs", "logs", "saves", "save", "ckpts", "exp", "experiments"})
 _DTYPE_PAIR_BEFORE = re.compile(r"(?:fp16|bf16|fp32|fp8|float16|bfloat16|float32)[ \t]?/[ \t]?$", re.IGNORECASE)
 _DTYPE_PAIR_AFTER = re.compile(r"[ \t]?/[ \t]?(?:fp16|bf16|fp32|fp8|float16|bfloat16|float32)(?![A-Za-z0-9])", re.IGNORECASE)
-# A form's label with nothing after it: "- Transformers:", "Megatron version: ", "* DeepSpeed 版本："
 # trl's installed version in an environment list ("- TRL version: 0.9.6", "trl 0.19.0", "trl==0.9.6"): LLaMA-Factory,
 # unsloth and others install it; it names no framework the report ran.
 _DEPENDENCY_LINE = re.compile(r"^[\s>*|\[\]\d-]{0,12}trl[ \t]*(?:version)?[ \t]*(?:[:=：]=?|\|)?[ \t]*v?\d+\.\d+", re.IGNORECASE)
+# A form's label with nothing after it: "- Transformers:", "Megatron version: ", "* DeepSpeed 版本："
 _EMPTY_FIELD = re.compile(r"^[\s>*#-]{0,8}[A-Za-z][\w .-]{0,30}?(?:[ _]?(?:version|版本))?[ \t]*[:：][ \t]*$", re.IGNORECASE)
 
 
@@ -646,7 +646,7 @@ def _first(joined: _Joined, rxs: list[tuple[str, re.Pattern[str]]]) -> tuple[str
 _STAGE_DONE = re.compile(r"[^.,;:!?。，；：！？\n]{0,30}?(?:\b(?:completed|finished|succeeded|went (?:fine|well)|"
                          r"(?:looked|was|ran) (?:normal|fine|ok)|is (?:done|fine)|works? fine|worked fine|went fine)\b|正常|完成|没问题)", re.IGNORECASE)
 # The stage after it when the first was pretraining: LLaVA-style recipes pretrain a projector, then fine-tune.
-_FINETUNE_STAGE = re.compile(r"fine-?tun\w*|finetun\w*(?: stage| phase)|(?:instruction|visual instruction)"
+_FINETUNE_STAGE = re.compile(r"fine-?tun\w*|(?:instruction|visual instruction)"
                              r"[- ]tuning|\bstage[- ]?2\b|第二阶段|微调阶段|指令微调", re.IGNORECASE)
 
 
