@@ -62,7 +62,7 @@ FACTS: tuple[FactSpec, ...] = (
              "DeepSpeed ZeRO stage"),
     FactSpec("overlap_comm", "bool", ("overlap_comm", "zero_optimization.overlap_comm"), "DeepSpeed overlap_comm"),
     FactSpec("num_gpus", "int", ("num_gpus", "nproc_per_node", "gpus", "n_gpus", "world_size", "trainer.n_gpus_per_node",
-                                 "num_gpus_per_node", "gpus_per_node", "gpu_number", "gpu number"),
+                                 "num_gpus_per_node", "gpus_per_node", "gpu_number", "gpu number", "gpu_count"),
              "GPUs per node"),
     FactSpec("num_nodes", "int", ("num_nodes", "nnodes", "trainer.nnodes"), "nodes"),
     # --- lengths ---------------------------------------------------------------------------------------
@@ -130,7 +130,8 @@ FACTS: tuple[FactSpec, ...] = (
              ("per_device_train_batch_size", "micro_train_batch_size", "micro_batch_size", "batch_size",
               "batch_size_training", "train_micro_batch_size_per_gpu", "ppo_micro_batch_size_per_gpu"),
              "per-device micro-batch size"),
-    FactSpec("gradient_accumulation_steps", "int", ("gradient_accumulation_steps", "grad_accum", "accumulative_counts"),
+    FactSpec("gradient_accumulation_steps", "int", ("gradient_accumulation_steps", "grad_accum", "accumulative_counts",
+                                                    "grad_accum_steps"),
              "gradient accumulation steps"),
     FactSpec("max_grad_norm", "float", ("max_grad_norm", "gradient_clipping", "grad_clip", "clip_grad"), "clipping"),
     FactSpec("optim", "str", ("optim", "optimizer", "optimizer.type"), "optimizer"),
@@ -290,9 +291,11 @@ def normalise_value(key: str, value: Any) -> Any:
             return None if b is None else int(b)
         return int(n)
     if s.kind == "float":
-        return parse_number(value)
+        n = parse_number(value)
+        # a learning rate of 0 is a scheduler's logged value late or early in a run ("lr=0, grad_norm=NaN"), no setting
+        return None if key == "learning_rate" and n == 0 else n
     # "attn_implementation flash_attention_2." in a sentence: the full stop ends the sentence, not the value
-    text = re.sub(r"(?<=\w)[.,;:。，；：]$", "", str(value).strip().strip("'\"`"))
+    text = re.sub(r"(?<=\w)[.,;:。，；：]$", "", str(value).strip().strip("\\'\"`"))  # (`base_model=\"Qwen/...\"` too)
     if key == "model":
         # "model: modelscope上的chatglm3-6b-32k的权重": the name among the words; `LlamaForCausalLM.from_pretrained`
         # is the class that loads it, not the model
@@ -303,7 +306,8 @@ def normalise_value(key: str, value: Any) -> Any:
         if not text or re.search(r"\.from_pretrained$|^(?:Auto)?\w*For(?:CausalLM|Conditional\w*|Seq\w*)$", text) \
                 or re.fullmatch(r"(?:get|load|build|create|init|path_to)_[a-z_]+|[a-z_]*_(?:model|path|name|dir)|"
                                 r"model_[a-z_]+|[a-z_]+\.[a-z_.]+|auto|none|null|\W*|model|on|in|of|for|with|to|from|"
-                                r"and|is|was|the|a|an|as|at|by|which|that|this|it|str|int|float|bool", text, re.IGNORECASE) \
+                                r"and|is|was|the|a|an|as|at|by|which|that|this|it|str|int|float|bool|loa|load|loaded|loading", text,
+                                re.IGNORECASE) \
                 or re.search(r"path[_/ -]?to\b|\byour[_-]|^[<{$]", text, re.IGNORECASE):
             return None  # ... and `get_peft_model`, `model_name`, `args.model_name_or_path` are code, not a model;
             # "auto", "e.g." and "/path/to/mlx/model" name none
@@ -372,7 +376,7 @@ FRAMEWORKS: dict[str, tuple[str, ...]] = {
     # LLaMA-Efficient-Tuning is LLaMA-Factory's name before 2024 (many Chinese reports still use it)
     "LLaMA-Factory": ("llama-factory", "llamafactory", "llama_factory", "llamafactory-cli", "llama-efficient-tuning",
                       "llama efficient tuning", "llama_efficient_tuning"),
-    "verl": ("verl",),
+    "verl": ("verl", "actor_rollout_ref"),
     "DeepSpeed": ("deepspeed",),
     "DeepSpeed-Chat": ("deepspeed-chat", "deepspeedexamples", "deepspeed chat"),
     "unsloth": ("unsloth", "fastlanguagemodel", "fastvisionmodel"),
@@ -436,7 +440,8 @@ PACKAGES: dict[str, str] = {
     "ms-swift": "framework_version", "ms_swift": "framework_version", "swift": "framework_version",
     "openrlhf": "framework_version", "xtuner": "framework_version", "llamafactory": "framework_version",
     "llama-factory": "framework_version", "llama_factory": "framework_version", "verl": "framework_version",
-    "unsloth": "framework_version",
+    "unsloth": "framework_version", "paddlenlp": "framework_version", "axolotl": "framework_version",
+    "torchtune": "framework_version",
 }
 
 
@@ -489,7 +494,7 @@ PROSE_LABELS: dict[str, str] = {
     "学习率": "learning_rate", "learning rate": "learning_rate",
     "微训练批次大小": "micro_batch_size", "微批次大小": "micro_batch_size", "微批大小": "micro_batch_size",
     "每卡批次大小": "micro_batch_size", "单卡批次大小": "micro_batch_size", "每设备批次大小": "micro_batch_size",
-    "批次大小": "micro_batch_size", "批大小": "micro_batch_size", "批量大小": "micro_batch_size", "micro batch size": "micro_batch_size",
+    "批次大小": "micro_batch_size", "批大小": "micro_batch_size", "批量大小": "micro_batch_size", "batchsize": "micro_batch_size", "micro batch size": "micro_batch_size",
     "micro-batch size": "micro_batch_size", "per-device batch size": "micro_batch_size",
     "per device batch size": "micro_batch_size", "batch size per device": "micro_batch_size",
     "batch size per gpu": "micro_batch_size", "batch size": "micro_batch_size",
@@ -512,6 +517,8 @@ PROSE_LABELS: dict[str, str] = {
 
 # === Vocabulary read from text (logs, prose, articles): one table each, used by every extractor ==========
 # Words just before a setting that say it is the fix, not the failing run ("changed it to torch_dtype=fp32").
+# A setting said in a supposition ("假如用bf16来微调的话", "suppose I train in fp16"): no run had it.
+SUPPOSED = re.compile(r"(?:假如|假设|倘若|\bsuppose\b|\bhypothetically\b)[^，,。.]{0,30}$", re.IGNORECASE)
 FIX_CUE = re.compile(r"(?:chang(?:e|ed|ing)\b.{0,25}\bto\b|switch(?:ed|ing)? (?:it )?to|instead|replac\w*|set it to|"
                      r"work(?:s|ed)? (?:with|when|after)|fixed (?:it )?(?:by|with)|solved by|改为|改成|换成|换为|"
                      r"调整到|调整为|改用|设置成|试试|就好了|后正常)", re.IGNORECASE)
@@ -589,7 +596,8 @@ ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
         ("masked_row_nan", (r"(?:fully|entirely|completely)[- ]masked (?:rows?|quer(?:y|ies))|"
                            r"rows? (?:is |are )?(?:fully|completely|entirely) masked|all[- ]masked rows?"), True),
         # "OOM" as a word: bloom-560m and BLOOM are models, not out-of-memory reports.
-        ("cuda_oom", r"CUDA out of memory|OutOfMemoryError|out of memory|显存不足|(?<![A-Za-z_])OOM\b", False),  # not Megatron's `max_tokens_to_oom` argument
+        ("cuda_oom", r"CUDA out of memory|OutOfMemoryError|out of memory|显存不[足够]|显存溢出|显存爆(?:了|掉)|(?<![A-Za-z_])OOM\b",
+         False),  # not Megatron's `max_tokens_to_oom` argument
         ("import_error", r"ModuleNotFoundError|ImportError|No module named|cannot import name", False),
         ("pip_error", (r"Could not find a version that satisfies|ResolutionImpossible|Failed building wheel|"
                       r"subprocess-exited-with-error|pip install.{0,40}(?:fail|error)|dependency conflicts"), False),
@@ -599,7 +607,8 @@ ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
         # autocast, a bf16 module fed fp32 input): a crash to fix, not a divergence.
         ("dtype_crash", (r"Attempting to unscale FP16 gradients|expected scalar type \w+ but found \w+|"
                         r"expected (?:mat1 and mat2|both (?:inputs|vectors)|all arguments) to have the same dtype|"
-                        r"Input type \([\w.]+\) and weight type \([\w.]+\) should be the same"), False),
+                        r"Input type \([\w.]+\) and weight type \([\w.]+\) should be the same|"
+                        r"Bfloat16 is only supported on GPUs with compute capability"), False),
     )
 )
 OUT_OF_SCOPE_ERRORS = frozenset(eid for eid, _, scope in ERROR_PATTERNS if not scope)
@@ -658,8 +667,9 @@ DTYPE_OF_WORD = {"fp16": "fp16", "float16": "fp16", "half precision": "fp16", "h
 # Model families, most specific first: (family key, pattern).
 MODEL_FAMILIES = (
     ("qwen3.5", r"qwen[-_ ]?3[._]5"), ("qwen2.5", r"qwen[-_ ]?2(?:[._]5|5(?!\d))"), ("qwen3", r"qwen[-_ ]?3(?!\d)"), ("qwen2", r"qwen[-_ ]?2(?!\d)"), ("qwen", r"qwen"),
-    ("llama3", r"llama[-_ ]?3(?![\d])"), ("llama2", r"llama[-_ ]?2(?![\d])"), ("tinyllama", r"tinyllama"), ("llava", r"llava"),
-    ("llama", r"llama"), ("gemma2", r"gemma[-_ ]?2(?!\d|b\b)"), ("gemma3", r"gemma[-_ ]?3(?!\d)"), ("gemma", r"gemma"),
+    ("llama4", r"llama[-_ ]?4(?![\d])"), ("llama3", r"llama[-_ ]?3(?![\d])"), ("llama2", r"llama[-_ ]?2(?![\d])"), ("tinyllama", r"tinyllama"), ("llava", r"llava"),
+    ("llama", r"llama"), ("gemma2", r"gemma[-_ ]?2(?!\d|b\b)"), ("gemma3", r"gemma[-_ ]?3(?!\d)"),
+    ("gemma4", r"gemma[-_ ]?4(?!\d)"), ("gemma", r"gemma"), ("gpt-oss", r"gpt[-_ ]?oss"),
     ("internlm2", r"internlm[-_ ]?2"), ("internlm", r"internlm"), ("mixtral", r"mixtral"), ("mistral", r"mistral"),
     ("baichuan2", r"baichuan[-_ ]?2"), ("baichuan", r"baichuan"), ("deepseek", r"deepseek"), ("chatglm", r"chatglm"),
     ("glm4", r"glm[-_ ]?4"), ("yi", r"\byi[-_ ]\d"), ("phi", r"\bphi[-_ ]?\d"), ("bloom", r"bloom"),
@@ -686,7 +696,7 @@ GPU_MODELS = (r"V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A6000|L40S?|
 # ASCII boundaries: in "在A100上训练" the name sits between Chinese characters, which `\b` counts as word characters.
 # A bare "4090" counts only after a count of cards ("2张4090", "8*4090") or before "显卡" / "GPU": step counters
 # and sample counts look the same.
-GPU_NAME = re.compile(rf"(?:(?<![A-Za-z0-9_])|(?<=\d[xX×]))(?P<gpu>{GPU_MODELS}|[2345]0[6789]0\s?[Tt][Ii](?![A-Za-z])|(?:(?<=[张块卡台*×xX])|(?<=[张块卡台*×xX]\s)|(?<=NVIDIA )|"
+GPU_NAME = re.compile(rf"(?:(?<![A-Za-z0-9_])|(?<=\d[xX×])|(?<=[xX×*]\d))(?P<gpu>{GPU_MODELS}|[2345]0[6789]0\s?[Tt][Ii](?![A-Za-z])|(?:(?<=[张块卡台*×xX])|(?<=[张块卡台*×xX]\s)|(?<=NVIDIA )|"
                       rf"(?<=single ))[2345]0[6789]0(?:\s?Ti|D)?|"
                       rf"[2345]0[6789]0(?:\s?Ti|D)?(?=\s?(?:显卡|GPU)))(?![A-Za-z0-9_])")
 # (A bare "3090" is not enough: step counters and sample counts look the same.)

@@ -1418,3 +1418,51 @@ _NEOX = (" samples/sec: 1.702 | iteration        {i}/   55000 | elapsed time per
 ])
 def test_raw_thread_openings_fifth_round(text, key, value):
     assert values(text).get(key) == value
+
+
+# The sixth round: out-of-scope look-alikes (English and Chinese), whose false symptoms would send a report in scope,
+# and reports on 2025-2026 models.
+@pytest.mark.parametrize(("text", "key", "value"), [
+    # no symptom from an NCCL watchdog line, an identifier, a sampling error's wording, a feature request
+    ("[PG ID 0 PG GUID 0(default_pg) Rank 3] Process group watchdog thread terminated with exception", "symptom", None),
+    ("the model outputs token id 0 only", "symptom", ["collapse"]),
+    ("multi_tensor_applier(self.multi_tensor_adam, self._dummy_overflow_buf, tensors)", "symptom", None),
+    ("[deepspeed] OVERFLOW! Rank 0 Skipping step", "symptom", ["overflow"]),
+    ("训练正常，推理时报错 RuntimeError: probability tensor contains either `inf`, `nan` or element < 0", "symptom", None),
+    ("It would be useful to stop training when the loss is NaN.", "nan_metrics", None),
+    ("Please add an option to skip the batch if grad_norm is nan.", "symptom", None),
+    ("What happens if the loss becomes 0?", "zero_metrics", None),
+    ("training stops when the loss becomes nan at step 300", "nan_metrics", ["loss"]),
+    # no setting from a supposition, from alternatives, from install lines, from a scheduler's 0
+    ("假如用bf16来微调的话，V100是不支持bf16的吧，那模型能在V100上跑吗？", "precision", None),
+    ("max_length = 2048或者4096\nbatch_size = 1或者9", "max_length", None),
+    ("使用两张v100或者4张v100，loss 为 nan", "num_gpus", None),
+    ("%pip uninstall torch transformers trl peft -y\n%pip install -Uq bitsandbytes trl peft", "framework", None),
+    ("%pip uninstall torch transformers trl peft -y\n%pip install -Uq bitsandbytes trl peft", "use_peft", None),
+    ("In the later stage of GRPO training, lr=0, grad_norm=NaN", "learning_rate", None),
+    ("swift rlhf --rlhf_type grpo --external_plugins plugin/custom_reward.py", "algorithm", "GRPO"),
+    ("actor_rollout_ref.actor.megatron.use_mbridge=True", "framework", "verl"),  # Megatron is verl's backend here
+    ("[VRAM] After base model load: 65.2 GB alloc", "model", None),
+    # read
+    ("batchsize设置为1，deepspeed zero3配置，仍然显示显存不够", "micro_batch_size", 1),
+    ("batchsize设置为1，deepspeed zero3配置，仍然显示显存不够", "errors", ["cuda_oom"]),
+    ("我环境的transformer版本4.39.3，torch 2.2.2。loss 为 nan", "transformers_version", "4.39.3"),
+    ("- paddlenlp: 3.0.0b2\nloss 为 nan", "framework_version", "3.0.0b2"),
+    ("axolotl version: 0.12.2", "framework_version", "0.12.2"),
+    ("batch_size: 4\ngrad_accum_steps: 4", "gradient_accumulation_steps", 4),
+    ("gpu_count=2 #$(nvidia-smi -L | wc -l)\ntorchrun --nproc-per-node ${gpu_count} train.py", "num_gpus", 2),
+    ("A800  80G *8 的机器  zero2，loss 为 nan", "num_gpus", 8),
+    ("Qwen3-30B-A3B OOM with GRPO on 4x8H200 141G", "gpu", "H200"),
+    ("Qwen3-30B-A3B OOM with GRPO on 4x8H200 141G", "num_nodes", 4),
+    ('base_model=\\"Qwen/Qwen2.5-1.5B-Instruct\\"', "model", "Qwen/Qwen2.5-1.5B-Instruct"),
+    ("ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla "
+     "V100-PCIE-32GB GPU has compute capability 7.0", "errors", ["dtype_crash"]),
+    ("```CUDA_VISIBLE_DEVICES=0 python src/train_bash.py --stage sft --model_name_or_path /Qwen-1_8B --fp16```",
+     "framework", "LLaMA-Factory"),
+    # model families of 2025-2026
+    ("--model google/gemma-4-31b-it", "model_family", "gemma4"),
+    ('model_name="gpt-oss-20b"', "model_family", "gpt-oss"),
+    ("Llama-4-Scout-17B-16E-Instruct LoRA: loss nan", "model_family", "llama4"),
+])
+def test_raw_thread_openings_sixth_round(text, key, value):
+    assert values(text).get(key) == value

@@ -60,7 +60,7 @@ def _unwrap(toks: list[str], i: int = 0) -> int:
 # A launcher script's own variables: `MODEL_PATH=/nas/qwen2.5-7b-it` or `export LR=4e-7` on a line of its own, used
 # later as `--model $MODEL_PATH` / `optim.lr=${LR}`.
 _SHELL_ASSIGN = re.compile(r"^[ \t]*(?:export[ \t]+)?(?P<k>[A-Za-z_]\w*)=(?P<v>\"[^\"$`]*\"|'[^']*'|[^\s$`;&|]+|"
-                           r"\$\(\([ \t\d*]{1,40}\)\)|\$\{[A-Za-z_]\w*:-[^}\s$]{1,40}\})[ \t]*(?:&&.*)?$")
+                           r"\$\(\([ \t\d*]{1,40}\)\)|\$\{[A-Za-z_]\w*:-[^}\s$]{1,40}\})[ \t]*(?:&&.*|#.*)?$")
 # Shell arithmetic of verl's example scripts: `max_response_length=$((1024 * 8))` (products of numbers only).
 _SHELL_ARITH = re.compile(r"\$\(\([ \t]{0,3}(\d{1,7}(?:[ \t]{0,3}\*[ \t]{0,3}\d{1,7}){0,3})[ \t]{0,3}\)\)")
 
@@ -128,6 +128,7 @@ def _expand(v: str, shell: dict[str, tuple[str, int, str]]) -> str:
     return _SHELL_REF.sub(value, v) if "$" in v else v
 
 
+_PLUGIN_FLAG = re.compile(r"--\w*(?:plugin|register|reward_f|custom)", re.IGNORECASE)
 _SCRIPT_ALGO = re.compile(r"(?:^|[/_\-])(sft|dpo|kto|orpo|simpo|cpo|ipo|ppo|grpo|rm|reward_modeling|reward|pretrain|"
                           r"pretraining|pt)(?:[_\-.]|$)", re.IGNORECASE)
 _DS_STAGE = re.compile(r"(?:zero|z|stage)[_\-]?([0-3])(?!\d)", re.IGNORECASE)
@@ -515,7 +516,7 @@ def inline(lines: list[tuple[int, str]], facts: Facts, source: str,
 
 # A command quoted in backticks after a label ("执行命令：`llamafactory-cli train x.yaml`", "run: `bash train.sh`").
 _EXPORT_THEN = re.compile(r"^[ \t]*(?:export[ \t]+[A-Za-z_]\w*=\S*[ \t]*&&[ \t]*)+")  # export X=1 && cmd
-_QUOTED_COMMAND = re.compile(r"^[^`\n]{0,24}?[:：][ \t]*`([^`\n]+)`[ \t]*$")
+_QUOTED_COMMAND = re.compile(r"^(?:[^`\n]{0,24}?[:：][ \t]*)?`{1,3}([^`\n]+)`{1,3}[ \t]*$")
 
 
 def logical_commands(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
@@ -591,7 +592,9 @@ def command(n: int, cmd: str, facts: Facts, source: str, shell: dict[str, tuple[
     elif head == "trl" and len(toks) > 1:
         fw("trl")
         algo(canonical_algorithm(lowered[1]))
-    scripts = [t for t in toks if ".py" in t or t.startswith("openrlhf.cli") or "verl.trainer" in t]
+    # (a plugin file passed as a flag's value, `--external_plugins custom_reward.py`, is no entry script)
+    scripts = [t for i, t in enumerate(toks) if (".py" in t and not (i and _PLUGIN_FLAG.match(toks[i - 1])))
+               or t.startswith("openrlhf.cli") or "verl.trainer" in t]
     for sc in scripts:
         base = re.sub(r".*?(?=train_)", "", sc.rsplit("/", 1)[-1]) if "train_" in sc else sc.rsplit("/", 1)[-1]
         m = _SCRIPT_ALGO.search(base.replace(".py", ""))

@@ -18,6 +18,7 @@ from kb.canonical import (
     MODEL_FAMILIES,
     NAMES_THAT_ARE_WORDS,
     SAID_FINE,
+    SUPPOSED,
     SWITCH_OFF,
     WENT_BAD,
     WORKED_AFTER,
@@ -65,8 +66,9 @@ _ATTN = (
     (re.compile(r"(?<![A-Za-z0-9_])sdpa(?![A-Za-z0-9_])|scaled_dot_product_attention", re.IGNORECASE), "sdpa"),
     (re.compile(r"(?<![A-Za-z0-9_])eager attention|attn_implementation\W+eager", re.IGNORECASE), "eager"),
 )
-_COLLAPSE = re.compile(r"[!！]{4,}|exclamation mark|感叹号|全(?:部)?(?:变)?(?:为|是|成)\s*[“\"「『'‘]?\s*[!！]|token id (?:is )?0\b|"
-                       r"id 0\b|乱码|gibberish|garbage output|repeat(?:s|ed|ing)? the same token", re.IGNORECASE)
+_COLLAPSE = re.compile(r"[!！]{4,}|exclamation mark|感叹号|全(?:部)?(?:变)?(?:为|是|成)\s*[“\"「『'‘]?\s*[!！]|"
+                       r"(?:token|output|generated|predicted)[ _]?ids? (?:is |are |all )*0\b|"
+                       r"乱码|gibberish|garbage output|repeat(?:s|ed|ing)? the same token", re.IGNORECASE)
 # verl's `low_var_kl` (Schulman's k3): exp(ref - logp) overflows when the policy drifts; named in prose and code.
 _KL_K3 = re.compile(r"low[_ ]var[_ ]kl|\bk3\b(?:[ _-]?(?:kl|estimator))|kl[ _-]?estimator\W{0,3}k3", re.IGNORECASE)
 # The KL term used as a loss, said in words: "开启 kl loss", "with the KL loss enabled", "use_kl_loss on" (said off:
@@ -263,7 +265,8 @@ _SYMPTOM = (
                 r"falls?|fell|becomes?|became|collapses?|collapsed)\s+(?:to\s+)?)?(?:0(?:\.0+)?|zero)(?![\w.])",
                 re.IGNORECASE), "zero_loss"),
     # Numeric overflow only: "显存溢出" / "memory overflow" is an OOM, not a divergence.
-    (re.compile(r"(?<!memory )(?<!stack )(?<!buffer )overflow|(?<!显存)(?<!内存)(?<!缓存)溢出", re.IGNORECASE), "overflow"),
+    (re.compile(r"(?<!memory )(?<!stack )(?<!buffer )(?<![A-Za-z_])overflow(?![A-Za-z_])|(?<![A-Za-z_])overflow(?:s|ed|ing)\b|"
+                r"(?<!显存)(?<!内存)(?<!缓存)溢出", re.IGNORECASE), "overflow"),
     # A training run that diverges; a process that crashes ("crash", "崩溃") is not a divergence.
     # "策略坍塌" / "奖励塌方" / "训崩了" say collapse in Chinese ("崩溃" alone is a crash).
     # "the KL divergence" names a metric, not a run that diverged ("then KL diverges" is one).
@@ -327,6 +330,14 @@ _SAID_ABSENT = re.compile(r"(?:\bno|\bnot|\bnothing|\bneither|\bwithout|\bnever|
 # nan", "grad_norm shouldn't be inf", "loss 不应该出现 nan".
 _EXPECTED_NOT = re.compile(r"(?:\bshould(?:\s+not|n't)|\bmust(?:\s+not|n't)|不应该?|不该)\s*(?:(?:be(?:come)?|get|turn(?:\s+into)?|"
                            r"go(?:\s+to)?|produce|give|show|have|出现|变成|变为|为|是)\s*)?(?:(?:any|a)\s+)?$", re.IGNORECASE)
+# A feature request or a question about what should happen if a metric went bad ("It would be useful to stop training
+# when the loss is NaN", "skip the batch if grad_norm is nan", "What happens if the loss becomes 0?").
+_WHEN_IT_HAPPENS = re.compile(r"(?:\b(?:stop|terminat\w*|skip\w*|abort\w*|halt\w*|detect\w*|check\w*|handl\w*|catch\w*|"
+                              r"guard\w*|what happens|what if|how (?:to|do i|can i) (?:handle|avoid|detect))\b)[^.?!。？\n]{0,40}?"
+                              r"\b(?:when|if|whenever|once|in case)\b[^.?!。？\n]{0,30}$", re.IGNORECASE)
+# The fixed wording of generate()'s sampling error lists NaN and inf as possibilities ("probability tensor contains
+# either `inf`, `nan` or element < 0"): the error id says it (prob_tensor_invalid), not a NaN symptom.
+_ERROR_WORDING = re.compile(r"contains either[ \t`'\",]{0,6}(?:inf[ \t`'\",]{0,6})?$", re.IGNORECASE)
 # Megatron's "number of nan iterations:   0 |", a "nan_count: 0" column: NaNs counted and found none.
 # (Bounded gaps: the pattern stays linear however many spaces a line holds.)
 _COUNTED_ZERO = re.compile(r"[ \t_-]{0,3}(?:iterations?|iters?|steps?|counts?|grads?|gradients?|batch(?:es)?|samples?|"
@@ -451,7 +462,9 @@ _METRIC_SUFFIX_AFTER = re.compile(r"_(?:kl|clip_?frac|ratio|loss|entropy)(?![A-Z
 def _in_metric_path(text: str, m: re.Match[str]) -> bool:
     return m.start() > 0 and text[m.start() - 1] == "/" and (_METRIC_VALUE_AFTER.match(text, m.end()) is not None
                                                              or _METRIC_SUFFIX_AFTER.match(text, m.end()) is not None)
-_FW_RX = [(name, _alias_regex(a)) for name in _FW_ORDER for a in (name.lower(), *FRAMEWORKS.get(name, ()))
+# (not inside a dotted key: verl's `actor_rollout_ref.actor.megatron.use_mbridge` names Megatron as its backend)
+_FW_RX = [(name, re.compile(r"(?<!\.)" + _alias_regex(a).pattern, re.IGNORECASE))
+          for name in _FW_ORDER for a in (name.lower(), *FRAMEWORKS.get(name, ()))
           if a not in _FW_AMBIGUOUS or name in ("DeepSpeed", "transformers")]
 # A lowercase word every match of a name regex contains (None: no cheap pre-test).
 _HINTS: dict[re.Pattern[str], str] = {}
@@ -558,8 +571,8 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                     continue
                 part = _part_of(clause, m.start(), m.end())
                 lead = part[: part.find(m.group(0))] if m.group(0) in part else before
-                if _QUESTION.search(part) or _QUESTION.search(lead):
-                    continue  # "should I use fp16 or bf16?", "要不要换成 bf16"
+                if _QUESTION.search(part) or _QUESTION.search(lead) or SUPPOSED.search(lead):
+                    continue  # "should I use fp16 or bf16?", "要不要换成 bf16", "假如用bf16来微调的话"
                 after = s[cm.start() + m.end(): cm.start() + m.end() + 60]
                 still = _STILL_BAD.search(after)
                 if FIX_CUE.search(before) and still and not _BETTER.search(after[: still.start()]):
@@ -687,7 +700,13 @@ def _family(joined: _Joined) -> tuple[str, int, str] | None:
     return best[2], n, s
 
 
+_INSTALL_LINE = re.compile(r"^[ \t]*[%!]?(?:(?:python3? -m |uv )?pip3?|conda|mamba)[ \t]+(?:install|uninstall|remove)\b",
+                           re.IGNORECASE)
+
+
 def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
+    # `%pip uninstall torch transformers trl peft -y`: packages installed or removed, not a run's framework or adapters
+    lines = [(n, s) for n, s in lines if not _INSTALL_LINE.match(s)]
     _precision_mentions(lines, facts, source)
     joined = _Joined(lines)
     got = _run_algorithm(joined)
@@ -890,7 +909,8 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             if sym == "zero_loss" and _zero_init(s):
                 continue  # `    total_loss = 0`: a script starting its sum, not a loss that reached 0
             hit = next((m for m in rx.finditer(s) if not _SAID_ABSENT.search(before := s[max(0, m.start() - 40):m.start()])
-                        and not _EXPECTED_NOT.search(before)
+                        and not _EXPECTED_NOT.search(before) and not _ERROR_WORDING.search(before)
+                        and not _WHEN_IT_HAPPENS.search(s, max(0, m.start() - 80), m.start())
                         and not (sym in ("nan", "inf") and (_HARDWARE_FIGURE.search(before)
                                                             or _COUNTED_ZERO.match(s, m.end())))), None)
             if hit is not None and sym == "zero_loss" and _COEFFICIENT_BEFORE.search(s, max(0, hit.start() - 40), hit.start()):
@@ -1067,6 +1087,8 @@ _GRAD_BEFORE = re.compile(r"(?<![A-Za-z])grad(?:ient)?s?[ _-]*$", re.IGNORECASE)
 
 
 def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: str, start: int = -1) -> None:
+    if start > 0 and _WHEN_IT_HAPPENS.search(s, max(0, start - 80), start):
+        return  # "stop training when the loss is NaN", "what happens if the loss becomes 0?": no run reported it
     name = name.strip("/").lower()
     if name == "entropy" and start > 0 and re.search(r"cross[- _]?$", s[max(0, start - 6):start], re.IGNORECASE):
         name = "loss"  # "the perplexity and cross-entropy become NaN": the training loss, not a policy's entropy

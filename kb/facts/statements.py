@@ -20,6 +20,7 @@ from kb.canonical import (
     GPU_NAME,
     PROSE_LABELS,
     SAID_FINE,
+    SUPPOSED,
     WENT_BAD,
     canonical_algorithm,
     canonical_key,
@@ -84,6 +85,9 @@ def _ascii_bounded(text: str, start: int, end: int) -> bool:
 _DISABLE = re.compile(r"(禁用|关闭|关掉|移除|去掉|去除|删除|删掉|不使用|不用|不要|取消|避免使用|未开启|未启用|未使用|没有?开启?|"
                       r"没有?用|没有?使用|without|not using|(?:do|does|did)(?:n'?t| not) use|disabl\w*|"
                       r"remov\w*|drop\w*|turn(?:ed|ing)? off|no longer|omit\w*|unset)", re.IGNORECASE)
+# A second value offered beside the first ("2048或者4096", "两张v100或者4张v100", "1 or 2"): neither is the run's.
+_ALTERNATIVE = re.compile(r"[ \t]{0,2}(?:或者|或是|或|\bor\b)[ \t]{0,2}(?:\d|[两二三四五六七八九十])")
+_ALTERNATIVE_BEFORE = re.compile(r"(?:或者|或是|或|\bor\b)[ \t]{0,2}$")
 _IN_SHELL_REF = re.compile(r"\$\{\w*$")
 _NOT_USER = re.compile(r"\bnot us(?:e|er|ing)\s*$", re.IGNORECASE)  # "not user zero3": a typo of "not using"
 _ENABLE = re.compile(r"(启用|开启|打开|使用|用了|加上|加了|添加|设置了|开了|enabl\w*|with|using|turn(?:ed|ing)? on|"
@@ -163,7 +167,7 @@ def extract_config(text: str, *, recommendation: bool = False) -> list[Finding]:
                 found.append(Finding("model", name, _snippet(text, lm.start(), vm.end()), "label", lm.start()))
             continue
         value = _value_for(key, vm)
-        if value is not None and vm is not None:
+        if value is not None and vm is not None and not _ALTERNATIVE.match(text, vm.end()):
             found.append(Finding(key, value, _snippet(text, lm.start(), vm.end()), "label", lm.start()))
     # 2. Identifiers and flags: "--vanilla_loss", "rpo_alpha采用默认值1.0", `torch_dtype为"half"`, "fp16: true".
     for km in _KEY.finditer(text):
@@ -196,8 +200,8 @@ def extract_config(text: str, *, recommendation: bool = False) -> list[Finding]:
                     value = True
             elif recommendation and disabled and key in _REMOVAL_DEFAULTS:
                 value = _REMOVAL_DEFAULTS[key]
-        if value is None:
-            continue
+        if value is None or (vm is not None and _ALTERNATIVE.match(text, vm.end())):
+            continue  # "max_length = 2048或者4096": two values tried, neither the run's
         if key == "algorithm":
             value = canonical_algorithm(str(value)) or value
         found.append(Finding(key, value, _snippet(text, km.start(), snippet_end), "flag" if dash else "key",
@@ -234,13 +238,16 @@ _NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
 _NUM_GPUS = re.compile(
     rf"(?<![A-Za-z\d.十百两一二三四五六七八九/-])(\d{{1,3}}|{'|'.join(_NUMBER_WORDS)})[ \t]*(?:个|张|块)?[ \t]*(?:[x×*][ \t]*)?"
     rf"(?:(?:NVIDIA|Nvidia|nvidia)[ \t]+)?(?:(?:{GPU_MODELS})[ \t]*)?(?:(?:GPUs?|NPUs?|cards?|{GPU_MODELS})(?![A-Za-z0-9])|显?卡)", re.IGNORECASE)
+_GPUS_AFTER = re.compile(rf"(?<![A-Za-z0-9])(?:{GPU_MODELS})[ \t]*(?:\d{{2,3}}[ \t]?G[Bb]?)?[ \t]*[*x×][ \t]*(\d{{1,3}})(?![\d.])",
+                         re.IGNORECASE)
+_NODES_TIMES_GPUS = re.compile(rf"(?<![\d.])(\d{{1,2}})[ \t]?[xX×*][ \t]?(\d{{1,2}})[ \t]?(?:{GPU_MODELS})", re.IGNORECASE)
 _VERSION = re.compile(
-    r"(?<![A-Za-z0-9_-])(PyTorch|torch|DeepSpeed|transformers|trl|flash[-_ ]?attn|flash[-_ ]?attention|ms-swift|swift|"
+    r"(?<![A-Za-z0-9_-])(PyTorch|torch|DeepSpeed|transformers?|trl|flash[-_ ]?attn|flash[-_ ]?attention|ms-swift|swift|"
     r"OpenRLHF|xtuner|LLaMA-Factory|llamafactory|verl|vllm|peft|accelerate)\s*(?:==|=|:|版本(?:为|是|号)?|version|v)?\s*v?"
     r"(\d+\.\d+(?:\.\d+)*(?:\.?post\d+|rc\d+|\.dev\d+)?)(?![\d.])", re.IGNORECASE)
 _VERSION_KEY = {"pytorch": "torch_version", "torch": "torch_version", "deepspeed": "deepspeed_version",
-                "transformers": "transformers_version", "trl": "trl_version", "flash-attn": "flash_attn_version",
-                "flash-attention": "flash_attn_version"}
+                "transformers": "transformers_version", "transformer": "transformers_version", "trl": "trl_version",
+                "flash-attn": "flash_attn_version", "flash-attention": "flash_attn_version"}
 
 
 def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
@@ -253,8 +260,8 @@ def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
     else:
         for pat in _PRECISION_PROSE:
             for m in hay.gate(pat).finditer(text):
-                if _DISABLE.search(_clause_before(text, m.start())[-8:]):
-                    continue
+                if _DISABLE.search(_clause_before(text, m.start())[-8:]) or SUPPOSED.search(_clause_before(text, m.start())):
+                    continue  # disabled, or supposed ("假如用bf16来微调的话": no run)
                 word = m.group(1)
                 value = _DT_MAP.get(word, normalise_value("precision", word.lower()))
                 if value:
@@ -271,8 +278,14 @@ def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
         for m in hay.gate(_NUM_GPUS).finditer(text):
             word = fold(m.group(1))  # fold: IGNORECASE also matched "sİx" / "ſix"
             n = _NUMBER_WORDS.get(word) or (int(word) if word.isdigit() else 0)
-            if 1 <= n <= 1024:
+            if 1 <= n <= 1024 and not _ALTERNATIVE.match(text, m.end()) \
+                    and not _ALTERNATIVE_BEFORE.search(text, max(0, m.start() - 6), m.start()):
                 out.append(Finding("num_gpus", n, _snippet(text, m.start(), m.end()), "prose", m.start()))
+        for m in hay.gate(_GPUS_AFTER).finditer(text):  # "A800  80G *8 的机器"
+            out.append(Finding("num_gpus", int(m.group(1)), _snippet(text, m.start(), m.end()), "prose", m.start()))
+        for m in hay.gate(_NODES_TIMES_GPUS).finditer(text):  # "on 4x8H200": 4 nodes of 8 cards
+            out.append(Finding("num_nodes", int(m.group(1)), _snippet(text, m.start(), m.end()), "prose", m.start()))
+            out.append(Finding("num_gpus", int(m.group(2)), _snippet(text, m.start(), m.end()), "prose", m.start()))
         for m in hay.gate(GPU_NAME).finditer(text):
             out.append(Finding("gpu", gpu_name(m.group("gpu")), m.group(0), "prose", m.start()))
         for m in hay.gate(_VERSION).finditer(text):
