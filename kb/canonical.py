@@ -305,9 +305,11 @@ def normalise_value(key: str, value: Any) -> Any:
             text = max(names, key=len) if names else ""
         if not text or re.search(r"\.from_pretrained$|^(?:Auto)?\w*For(?:CausalLM|Conditional\w*|Seq\w*)$", text) \
                 or re.fullmatch(r"(?:get|load|build|create|init|path_to)_[a-z_]+|[a-z_]*_(?:model|path|name|dir)|"
-                                r"model_[a-z_]+|[a-z_]+\.[a-z_.]+|auto|none|null|\W*|model|on|in|of|for|with|to|from|"
-                                r"and|is|was|the|a|an|as|at|by|which|that|this|it|str|int|float|bool|loa|load|loaded|loading", text,
-                                re.IGNORECASE) \
+                                r"model_[a-z_]+|[a-z_]+\.[a-z_.]+|auto|none|null|\W*|"
+                                # a variable (`model = model,`), a preposition ("Base Model on ..."), a type annotation
+                                # (`model_name: str=...`), "[VRAM] After base model load"
+                                r"model|on|in|of|for|with|to|from|and|is|was|the|a|an|as|at|by|which|that|this|it|"
+                                r"str|int|float|bool|loa|load|loaded|loading", text, re.IGNORECASE) \
                 or re.search(r"path[_/ -]?to\b|\byour[_-]|^[<{$]", text, re.IGNORECASE):
             return None  # ... and `get_peft_model`, `model_name`, `args.model_name_or_path` are code, not a model;
             # "auto", "e.g." and "/path/to/mlx/model" name none
@@ -376,7 +378,7 @@ FRAMEWORKS: dict[str, tuple[str, ...]] = {
     # LLaMA-Efficient-Tuning is LLaMA-Factory's name before 2024 (many Chinese reports still use it)
     "LLaMA-Factory": ("llama-factory", "llamafactory", "llama_factory", "llamafactory-cli", "llama-efficient-tuning",
                       "llama efficient tuning", "llama_efficient_tuning"),
-    "verl": ("verl", "actor_rollout_ref"),
+    "verl": ("verl", "actor_rollout_ref"),  # its config paths (`actor_rollout_ref.actor.optim.lr=...`) name it
     "DeepSpeed": ("deepspeed",),
     "DeepSpeed-Chat": ("deepspeed-chat", "deepspeedexamples", "deepspeed chat"),
     "unsloth": ("unsloth", "fastlanguagemodel", "fastvisionmodel"),
@@ -400,7 +402,8 @@ FRAMEWORKS: dict[str, tuple[str, ...]] = {
     # only their qualified spellings name the framework in prose (NAMES_THAT_ARE_WORDS).
     "Megatron-Bridge": ("megatron-bridge", "megatron bridge", "mbridge"),
     "NeMo Automodel": ("nemo automodel", "nemo-automodel"),
-    "NeMo": ("nemo", "nvidia nemo", "nemo megatron", "nemo framework", "nemo toolkit", "nemo_toolkit", "nemo 2.0", "nemo2"),
+    "NeMo": ("nemo", "nvidia nemo", "nemo megatron", "nemo framework", "nemo toolkit", "nemo_toolkit", "nemo 2.0",
+             "nemo2"),
     "TransformerEngine": ("transformerengine", "transformer engine", "transformer-engine"),
     "mlx-lm": ("mlx-lm", "mlx lm"),
     "InternEvo": ("internevo",),
@@ -494,7 +497,8 @@ PROSE_LABELS: dict[str, str] = {
     "学习率": "learning_rate", "learning rate": "learning_rate",
     "微训练批次大小": "micro_batch_size", "微批次大小": "micro_batch_size", "微批大小": "micro_batch_size",
     "每卡批次大小": "micro_batch_size", "单卡批次大小": "micro_batch_size", "每设备批次大小": "micro_batch_size",
-    "批次大小": "micro_batch_size", "批大小": "micro_batch_size", "批量大小": "micro_batch_size", "batchsize": "micro_batch_size", "micro batch size": "micro_batch_size",
+    "批次大小": "micro_batch_size", "批大小": "micro_batch_size", "批量大小": "micro_batch_size",
+    "batchsize": "micro_batch_size", "micro batch size": "micro_batch_size",
     "micro-batch size": "micro_batch_size", "per-device batch size": "micro_batch_size",
     "per device batch size": "micro_batch_size", "batch size per device": "micro_batch_size",
     "batch size per gpu": "micro_batch_size", "batch size": "micro_batch_size",
@@ -596,8 +600,9 @@ ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
         ("masked_row_nan", (r"(?:fully|entirely|completely)[- ]masked (?:rows?|quer(?:y|ies))|"
                            r"rows? (?:is |are )?(?:fully|completely|entirely) masked|all[- ]masked rows?"), True),
         # "OOM" as a word: bloom-560m and BLOOM are models, not out-of-memory reports.
-        ("cuda_oom", r"CUDA out of memory|OutOfMemoryError|out of memory|显存不[足够]|显存溢出|显存爆(?:了|掉)|(?<![A-Za-z_])OOM\b",
-         False),  # not Megatron's `max_tokens_to_oom` argument
+        # (not Megatron's `max_tokens_to_oom` argument)
+        ("cuda_oom", r"CUDA out of memory|OutOfMemoryError|out of memory|显存不[足够]|显存溢出|显存爆(?:了|掉)|"
+                     r"(?<![A-Za-z_])OOM\b", False),
         ("import_error", r"ModuleNotFoundError|ImportError|No module named|cannot import name", False),
         ("pip_error", (r"Could not find a version that satisfies|ResolutionImpossible|Failed building wheel|"
                       r"subprocess-exited-with-error|pip install.{0,40}(?:fail|error)|dependency conflicts"), False),
@@ -666,8 +671,11 @@ DTYPE_OF_WORD = {"fp16": "fp16", "float16": "fp16", "half precision": "fp16", "h
 
 # Model families, most specific first: (family key, pattern).
 MODEL_FAMILIES = (
-    ("qwen3.5", r"qwen[-_ ]?3[._]5"), ("qwen2.5", r"qwen[-_ ]?2(?:[._]5|5(?!\d))"), ("qwen3", r"qwen[-_ ]?3(?!\d)"), ("qwen2", r"qwen[-_ ]?2(?!\d)"), ("qwen", r"qwen"),
-    ("llama4", r"llama[-_ ]?4(?![\d])"), ("llama3", r"llama[-_ ]?3(?![\d])"), ("llama2", r"llama[-_ ]?2(?![\d])"), ("tinyllama", r"tinyllama"), ("llava", r"llava"),
+    # (a digit after the version is a size: "Gemma 27B", "Qwen 32B"; "Qwen25" is Qwen2.5)
+    ("qwen3.5", r"qwen[-_ ]?3[._]5"), ("qwen2.5", r"qwen[-_ ]?2(?:[._]5|5(?!\d))"), ("qwen3", r"qwen[-_ ]?3(?!\d)"),
+    ("qwen2", r"qwen[-_ ]?2(?!\d)"), ("qwen", r"qwen"),
+    ("llama4", r"llama[-_ ]?4(?![\d])"), ("llama3", r"llama[-_ ]?3(?![\d])"), ("llama2", r"llama[-_ ]?2(?![\d])"),
+    ("tinyllama", r"tinyllama"), ("llava", r"llava"),
     ("llama", r"llama"), ("gemma2", r"gemma[-_ ]?2(?!\d|b\b)"), ("gemma3", r"gemma[-_ ]?3(?!\d)"),
     ("gemma4", r"gemma[-_ ]?4(?!\d)"), ("gemma", r"gemma"), ("gpt-oss", r"gpt[-_ ]?oss"),
     ("internlm2", r"internlm[-_ ]?2"), ("internlm", r"internlm"), ("mixtral", r"mixtral"), ("mistral", r"mistral"),
@@ -696,8 +704,10 @@ GPU_MODELS = (r"V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A6000|L40S?|
 # ASCII boundaries: in "在A100上训练" the name sits between Chinese characters, which `\b` counts as word characters.
 # A bare "4090" counts only after a count of cards ("2张4090", "8*4090") or before "显卡" / "GPU": step counters
 # and sample counts look the same.
-GPU_NAME = re.compile(rf"(?:(?<![A-Za-z0-9_])|(?<=\d[xX×])|(?<=[xX×*]\d))(?P<gpu>{GPU_MODELS}|[2345]0[6789]0\s?[Tt][Ii](?![A-Za-z])|(?:(?<=[张块卡台*×xX])|(?<=[张块卡台*×xX]\s)|(?<=NVIDIA )|"
-                      rf"(?<=single ))[2345]0[6789]0(?:\s?Ti|D)?|"
+# "8xH100", "4x8H200" put the name right after a count; "2080ti" is a card with or without "RTX".
+GPU_NAME = re.compile(rf"(?:(?<![A-Za-z0-9_])|(?<=\d[xX×])|(?<=[xX×*]\d))(?P<gpu>{GPU_MODELS}|"
+                      rf"[2345]0[6789]0\s?[Tt][Ii](?![A-Za-z])|"
+                      rf"(?:(?<=[张块卡台*×xX])|(?<=[张块卡台*×xX]\s)|(?<=NVIDIA )|(?<=single ))[2345]0[6789]0(?:\s?Ti|D)?|"
                       rf"[2345]0[6789]0(?:\s?Ti|D)?(?=\s?(?:显卡|GPU)))(?![A-Za-z0-9_])")
 # (A bare "3090" is not enough: step counters and sample counts look the same.)
 GPU_WITHOUT_BF16 = re.compile(r"V100|T4|P100|P40|TITAN\s?(?:V|RTX|Xp?)\b|1080|20[6789]0", re.IGNORECASE)

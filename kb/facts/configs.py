@@ -61,12 +61,12 @@ def _unwrap(toks: list[str], i: int = 0) -> int:
 # later as `--model $MODEL_PATH` / `optim.lr=${LR}`.
 _SHELL_ASSIGN = re.compile(r"^[ \t]*(?:export[ \t]+)?(?P<k>[A-Za-z_]\w*)=(?P<v>\"[^\"$`]*\"|'[^']*'|[^\s$`;&|]+|"
                            r"\$\(\([ \t\d*]{1,40}\)\)|\$\{[A-Za-z_]\w*:-[^}\s$]{1,40}\})[ \t]*(?:&&.*|#.*)?$")
-# Shell arithmetic of verl's example scripts: `max_response_length=$((1024 * 8))` (products of numbers only).
+# Shell arithmetic of verl's example scripts: `max_response_length=$((1024 * 8))` (products of numbers only), and
+# a variable's default, `${PER_DEVICE_BATCH_SIZE:-1}`.
 _SHELL_ARITH = re.compile(r"\$\(\([ \t]{0,3}(\d{1,7}(?:[ \t]{0,3}\*[ \t]{0,3}\d{1,7}){0,3})[ \t]{0,3}\)\)")
-
-
-_UNKNOWN_DIR = re.compile(r"^\$(?:\{[A-Za-z_]\w*\}|[A-Za-z_]\w*)/(?=[^\s$]*[A-Za-z])")
 _SHELL_DEFAULT = re.compile(r"\$\{[A-Za-z_]\w*:-([^}\s$]{1,40})\}")
+# `--deepspeed $cur_path/ds_config_zero3.json`: an unknown folder in front of a file
+_UNKNOWN_DIR = re.compile(r"^\$(?:\{[A-Za-z_]\w*\}|[A-Za-z_]\w*)/(?=[^\s$]*[A-Za-z])")
 
 
 def _arith(v: str) -> str:
@@ -78,6 +78,8 @@ def _arith(v: str) -> str:
         return str(math.prod(int(x) for x in m.group(1).split("*")))
     m = _SHELL_DEFAULT.fullmatch(v.strip())
     return m.group(1) if m else v
+
+
 # Which devices a launcher sees: NVIDIA, Ascend NPUs, AMD ROCm.
 _VISIBLE_DEVICES = ("CUDA_VISIBLE_DEVICES", "ASCEND_RT_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
 _SHELL_REF = re.compile(r"\$(?:\{(?P<b>[A-Za-z_]\w*)(?::-(?P<d>[^}\s]{0,40}))?\}|(?P<p>[A-Za-z_]\w*))")
@@ -128,6 +130,7 @@ def _expand(v: str, shell: dict[str, tuple[str, int, str]]) -> str:
     return _SHELL_REF.sub(value, v) if "$" in v else v
 
 
+# A flag whose value is a plugin file (`--external_plugins custom_reward.py`), not the script that trains.
 _PLUGIN_FLAG = re.compile(r"--\w*(?:plugin|register|reward_f|custom)", re.IGNORECASE)
 _SCRIPT_ALGO = re.compile(r"(?:^|[/_\-])(sft|dpo|kto|orpo|simpo|cpo|ipo|ppo|grpo|rm|reward_modeling|reward|pretrain|"
                           r"pretraining|pt)(?:[_\-.]|$)", re.IGNORECASE)
@@ -196,15 +199,15 @@ def _line_value(v: str, sep: str) -> str | None:
 def _set_config(facts: Facts, raw_key: str, raw_value: Any, n: int, detail: str, source: str, kind: str = "config",
                 fix: bool = False) -> str | None:
     if isinstance(raw_value, str) and "$" in raw_value:
-        # `--deepspeed $cur_path/ds_config_zero3.json`: the file under an unknown folder is still the file
-        raw_value = _UNKNOWN_DIR.sub("", raw_value)
+        raw_value = _UNKNOWN_DIR.sub("", raw_value)  # the file under an unknown folder is still the file
     if isinstance(raw_value, str) and _SHELL_REF.search(raw_value):
         return None  # `--model $MODEL_PATH` with no MODEL_PATH= in the paste: a name, not the setting's value
     got = canonical(raw_key, raw_value)
     if got is None:
         return None
     key, value = got
-    if key == "model" and raw_key.lower().lstrip("-").endswith("model_type") and re.fullmatch(r"[A-Za-z]+", str(value)):
+    if key == "model" and raw_key.lower().lstrip("-").endswith("model_type") \
+            and re.fullmatch(r"[A-Za-z]+", str(value)):
         return None  # MedicalGPT's `--model_type llama`: an architecture, not the model (ms-swift's names one)
     if fix:
         facts.add("fix_changes", f"{key}={value}", "text", n, detail, source)
@@ -240,9 +243,11 @@ def _line_of(lines: list[tuple[int, str]], key: str, default: int) -> int:
     return default
 
 
+# A dataclass field with its type: `lr: float=1e-4`, `model_name: str="PATH/to/LLAMA/7B"` (llama-recipes' configs).
 _TYPED_DEFAULT = re.compile(r"^(?:str|int|float|bool|Optional\[\w+\]|Union\[[\w, ]+\]|List\[\w+\])\s*=\s*(\S.*)$")
 # Megatron's argument dump at start-up: `  micro_batch_size ................................ 8`.
-_DOTTED_ARG = re.compile(r"^[ \t]*(?:\[[^\]\n]{0,40}\][ \t]*)?(?P<k>[a-z_][a-z0-9_]{1,60}) \.{3,}[ \t]?(?P<v>[^\s.][^\s]{0,80})[ \t]*$")
+_DOTTED_ARG = re.compile(r"^[ \t]*(?:\[[^\]\n]{0,40}\][ \t]*)?(?P<k>[a-z_][a-z0-9_]{1,60}) \.{3,}[ \t]?"
+                         r"(?P<v>[^\s.][^\s]{0,80})[ \t]*$")
 
 
 def structured(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
@@ -289,7 +294,7 @@ def structured(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             continue
         typed = _TYPED_DEFAULT.match(value)
         if typed and m.group("sep") == ":":
-            value = typed.group(1)  # `lr: float=1e-4` (a dataclass field's default, llama-recipes' configs)
+            value = typed.group(1)
         k, raw = m.group("k"), _clean_value(value)
         if raw.startswith("{") and raw.endswith("}"):
             v = raw
@@ -514,8 +519,9 @@ def inline(lines: list[tuple[int, str]], facts: Facts, source: str,
             _set_config(facts, "mixed_precision", d, n, s.strip(), source)
 
 
-# A command quoted in backticks after a label ("执行命令：`llamafactory-cli train x.yaml`", "run: `bash train.sh`").
-_EXPORT_THEN = re.compile(r"^[ \t]*(?:export[ \t]+[A-Za-z_]\w*=\S*[ \t]*&&[ \t]*)+")  # export X=1 && cmd
+# `export CUDA_VISIBLE_DEVICES=1,6,7 && torchrun ...`: the command after the assignments.
+_EXPORT_THEN = re.compile(r"^[ \t]*(?:export[ \t]+[A-Za-z_]\w*=\S*[ \t]*&&[ \t]*)+")
+# A command quoted in backticks, after a label or not ("执行命令：`llamafactory-cli train x.yaml`", "```python x.py```").
 _QUOTED_COMMAND = re.compile(r"^(?:[^`\n]{0,24}?[:：][ \t]*)?`{1,3}([^`\n]+)`{1,3}[ \t]*$")
 
 

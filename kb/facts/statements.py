@@ -235,12 +235,16 @@ _ZERO = [
 _NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
                  "sixteen": 16, "一": 1, "两": 2, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8}
 # "8卡lora训练": a Chinese unit may run straight into the next word; an English one may not.
+# (not "十六卡" read as 六卡, nor "-4a40-" inside an attachment's id; "1 Nvidia L40S")
 _NUM_GPUS = re.compile(
-    rf"(?<![A-Za-z\d.十百两一二三四五六七八九/-])(\d{{1,3}}|{'|'.join(_NUMBER_WORDS)})[ \t]*(?:个|张|块)?[ \t]*(?:[x×*][ \t]*)?"
-    rf"(?:(?:NVIDIA|Nvidia|nvidia)[ \t]+)?(?:(?:{GPU_MODELS})[ \t]*)?(?:(?:GPUs?|NPUs?|cards?|{GPU_MODELS})(?![A-Za-z0-9])|显?卡)", re.IGNORECASE)
-_GPUS_AFTER = re.compile(rf"(?<![A-Za-z0-9])(?:{GPU_MODELS})[ \t]*(?:\d{{2,3}}[ \t]?G[Bb]?)?[ \t]*[*x×][ \t]*(\d{{1,3}})(?![\d.])",
-                         re.IGNORECASE)
-_NODES_TIMES_GPUS = re.compile(rf"(?<![\d.])(\d{{1,2}})[ \t]?[xX×*][ \t]?(\d{{1,2}})[ \t]?(?:{GPU_MODELS})", re.IGNORECASE)
+    rf"(?<![A-Za-z\d.十百两一二三四五六七八九/-])(\d{{1,3}}|{'|'.join(_NUMBER_WORDS)})[ \t]*(?:个|张|块)?[ \t]*"
+    rf"(?:[x×*][ \t]*)?(?:(?:NVIDIA|Nvidia|nvidia)[ \t]+)?(?:(?:{GPU_MODELS})[ \t]*)?"
+    rf"(?:(?:GPUs?|NPUs?|cards?|{GPU_MODELS})(?![A-Za-z0-9])|显?卡)", re.IGNORECASE)
+# Cards counted after the name ("A800  80G *8 的机器"), and nodes times cards ("on 4x8H200").
+_GPUS_AFTER = re.compile(rf"(?<![A-Za-z0-9])(?:{GPU_MODELS})[ \t]*(?:\d{{2,3}}[ \t]?G[Bb]?)?[ \t]*[*x×][ \t]*"
+                         rf"(\d{{1,3}})(?![\d.])", re.IGNORECASE)
+_NODES_TIMES_GPUS = re.compile(rf"(?<![\d.])(\d{{1,2}})[ \t]?[xX×*][ \t]?(\d{{1,2}})[ \t]?(?:{GPU_MODELS})",
+                               re.IGNORECASE)
 _VERSION = re.compile(
     r"(?<![A-Za-z0-9_-])(PyTorch|torch|DeepSpeed|transformers?|trl|flash[-_ ]?attn|flash[-_ ]?attention|ms-swift|swift|"
     r"OpenRLHF|xtuner|LLaMA-Factory|llamafactory|verl|vllm|peft|accelerate)\s*(?:==|=|:|版本(?:为|是|号)?|version|v)?\s*v?"
@@ -260,7 +264,8 @@ def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
     else:
         for pat in _PRECISION_PROSE:
             for m in hay.gate(pat).finditer(text):
-                if _DISABLE.search(_clause_before(text, m.start())[-8:]) or SUPPOSED.search(_clause_before(text, m.start())):
+                clause = _clause_before(text, m.start())
+                if _DISABLE.search(clause[-8:]) or SUPPOSED.search(clause):
                     continue  # disabled, or supposed ("假如用bf16来微调的话": no run)
                 word = m.group(1)
                 value = _DT_MAP.get(word, normalise_value("precision", word.lower()))
