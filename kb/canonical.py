@@ -601,8 +601,8 @@ ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
                            r"rows? (?:is |are )?(?:fully|completely|entirely) masked|all[- ]masked rows?"), True),
         # "OOM" as a word: bloom-560m and BLOOM are models, not out-of-memory reports.
         # (not Megatron's `max_tokens_to_oom` argument)
-        ("cuda_oom", r"CUDA out of memory|OutOfMemoryError|out of memory|显存不[足够]|显存溢出|显存爆(?:了|掉)|"
-                     r"(?<![A-Za-z_])OOM\b", False),
+        ("cuda_oom", (r"CUDA out of memory|OutOfMemoryError|out of memory|显存不[足够]|显存溢出|显存爆(?:了|掉)|"
+                      r"(?<![A-Za-z_])OOM\b"), False),
         ("import_error", r"ModuleNotFoundError|ImportError|No module named|cannot import name", False),
         ("pip_error", (r"Could not find a version that satisfies|ResolutionImpossible|Failed building wheel|"
                       r"subprocess-exited-with-error|pip install.{0,40}(?:fail|error)|dependency conflicts"), False),

@@ -1217,10 +1217,10 @@ _MEGATRON_ARGS = ("------------------------ arguments ------------------------\n
 @pytest.mark.parametrize(("text", "key", "value"), [
     # FP8 runs (TransformerEngine, torchao float8, MXFP8 recipes)
     ("nan loss when training in fp8", "precision", "fp8"),
-    ("float8 rowwise ended up crashing due to NaN's. As a control, the same run was done with BF16 and did not "
-     "encounter any issue.", "precision", "fp8"),
-    ("float8 rowwise ended up crashing due to NaN's. As a control, the same run was done with BF16 and did not "
-     "encounter any issue.", "working_dtype", "bf16"),
+    (("float8 rowwise ended up crashing due to NaN's. As a control, the same run was done with BF16 and did not "
+     "encounter any issue."), "precision", "fp8"),
+    (("float8 rowwise ended up crashing due to NaN's. As a control, the same run was done with BF16 and did not "
+     "encounter any issue."), "working_dtype", "bf16"),
     ("Loss NaN in training (fp16/bf16)", "precision", None),  # a pair names neither
     # an inf is no NaN; NaN said in the plural
     ("the loss is inf", "symptom", ["inf"]),
@@ -1263,9 +1263,9 @@ _MEGATRON_ARGS = ("------------------------ arguments ------------------------\n
      "loss_type", None),
     ("DPO with loss_type=ipo gives nan", "loss_type", "ipo"),
     # an issue title's value is no log record; the log's own counter says when
-    ("how to fix : grad_norm: nan\n"
+    (("how to fix : grad_norm: nan\n"
      "12/05 10:00:01 - mmengine - INFO - Epoch(train) [1][230/735]  lr: 2.0e-05  loss: 1.2  grad_norm: 3.1\n"
-     "12/05 10:00:11 - mmengine - INFO - Epoch(train) [1][240/735]  lr: 2.0e-05  loss: nan  grad_norm: nan",
+     "12/05 10:00:11 - mmengine - INFO - Epoch(train) [1][240/735]  lr: 2.0e-05  loss: nan  grad_norm: nan"),
      "first_bad_step", 240),
     ("[BUG] FP8+PP+Recompute+GA>1, loss = nan\n\nFP8+PP+Recompute+GA>1, loss = nan\nFP8+PP+GA>1, loss is normal",
      "first_bad_step", None),
@@ -1274,8 +1274,8 @@ _MEGATRON_ARGS = ("------------------------ arguments ------------------------\n
     ("Loss值归零且梯度范数(grad_norm)显示为NaN", "zero_metrics", ["loss"]),
     ("梯度范数持续显示为NaN", "nan_metrics", ["grad_norm"]),
     # shell arithmetic in verl's example scripts
-    ("max_prompt_length=$((1024))\nmax_response_length=$((1024 * 8))\npython3 -m verl.trainer.main_ppo "
-     "data.max_prompt_length=${max_prompt_length} data.max_response_length=${max_response_length}",
+    (("max_prompt_length=$((1024))\nmax_response_length=$((1024 * 8))\npython3 -m verl.trainer.main_ppo "
+     "data.max_prompt_length=${max_prompt_length} data.max_response_length=${max_response_length}"),
      "max_completion_length", 8192),
     ("data.max_response_length=$((1024 * 4))", "max_completion_length", 4096),
 ])
@@ -1313,8 +1313,8 @@ def test_raw_thread_openings_third_round(text, key, value):
     ("peft_config = LoraConfig(r=64, lora_alpha=16)", "use_peft", True),
     ("LoraConfig(r=8, task_type=TaskType.SEQ_CLS)", "lora_task_type", "seq_cls"),
     # settings
-    ("KTO full parameter训练，learning rate 1e-6\n{'loss': 0.58, 'grad_norm': 0.16, 'learning_rate': 4.22e-08, "
-     "'epoch': 0.0}", "learning_rate", 1e-06),  # stated beats a warmup's logged value
+    (("KTO full parameter训练，learning rate 1e-6\n{'loss': 0.58, 'grad_norm': 0.16, 'learning_rate': 4.22e-08, "
+     "'epoch': 0.0}"), "learning_rate", 1e-06),  # stated beats a warmup's logged value
     ("KTO full parameter训练，learning rate 1e-6", "finetuning_type", "full"),
     ("a max context length of 18000", "max_length", 18000),
     ("max seq length of 2048", "max_length", 2048),
@@ -1340,13 +1340,13 @@ def test_raw_thread_openings_third_round(text, key, value):
     # a repository's image or wiki link names no model
     ("DPO rewards are 0\n![image](https://github.com/foo/llama3-Chinese-chat/assets/1/abc.png)", "model_family", None),
     # log records: a preference loss pinned at ln 2 with zero margins; ms-swift's own records
-    ("{'loss': 0.6931, 'rewards/chosen': 0.0, 'rewards/rejected': 0.0, 'rewards/margins': 0.0, 'epoch': 0.01}\n"
-     "{'loss': 0.6931, 'rewards/chosen': 0.0, 'rewards/rejected': 0.0, 'rewards/margins': 0.0, 'epoch': 0.02}",
+    (("{'loss': 0.6931, 'rewards/chosen': 0.0, 'rewards/rejected': 0.0, 'rewards/margins': 0.0, 'epoch': 0.01}\n"
+     "{'loss': 0.6931, 'rewards/chosen': 0.0, 'rewards/rejected': 0.0, 'rewards/margins': 0.0, 'epoch': 0.02}"),
      "pairwise_tie", True),
     ("{'loss': 0.6931, 'rewards/chosen': 0.0, 'rewards/rejected': 0.0, 'rewards/margins': 0.0, 'epoch': 0.01}",
      "pairwise_tie", None),  # every DPO run's first step
-    ("{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-05, 'memory(GiB)': 30.2, 'train_speed(iter/s)': 0.1, "
-     "'epoch': 0.5, 'global_step/max_steps': '805/1966'}", "framework", "ms-swift"),
+    (("{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-05, 'memory(GiB)': 30.2, 'train_speed(iter/s)': 0.1, "
+     "'epoch': 0.5, 'global_step/max_steps': '805/1966'}"), "framework", "ms-swift"),
 ])
 def test_raw_thread_openings_fourth_round(text, key, value):
     assert values(text).get(key) == value
@@ -1360,16 +1360,16 @@ _NEOX = (" samples/sec: 1.702 | iteration        {i}/   55000 | elapsed time per
 
 @pytest.mark.parametrize(("text", "key", "value"), [
     # log formats
-    ("[pretrain.py][INFO] Epoch:[0/2](6000/293491) loss:4.294 lr:0.0000991\n"
-     "[pretrain.py][INFO] Epoch:[0/2](7000/293491) loss:nan lr:0.0000987", "first_bad_step", 7000),
+    (("[pretrain.py][INFO] Epoch:[0/2](6000/293491) loss:4.294 lr:0.0000991\n"
+     "[pretrain.py][INFO] Epoch:[0/2](7000/293491) loss:nan lr:0.0000987"), "first_bad_step", 7000),
     (_NEOX.format(i=1, lr="1.212E-09", loss="2.275809E+00") + "\n" + _NEOX.format(i=2, lr="2.424E-09", loss="nan"),
      "learning_rate", 2.424e-09),  # GPT-NeoX's lines are records; their rate is a logged one, not a setting
     ("Epoch 0:  71%|#####| 5880/8295 [04:01<01:39, 24.37it/s, v_num=0, train_loss_step=nan.0]", "nan_metrics",
      ["train_loss_step"]),  # Lightning prints nan.0
     ('{"loss": 0.0, "global_step/max_steps": "1/10000", "memory(GiB)": 55.33, "train_speed(s/it)": 35.87}',
      "framework", "ms-swift"),
-    ("[rank0]:[titan] 2025-01-01 - root - INFO - step: 79  loss:  7.62585  grad_norm: 26.6250\n"
-     "[rank0]:[titan] 2025-01-01 - root - INFO - step: 80  loss:  nan  grad_norm: nan", "framework", "torchtitan"),
+    (("[rank0]:[titan] 2025-01-01 - root - INFO - step: 79  loss:  7.62585  grad_norm: 26.6250\n"
+     "[rank0]:[titan] 2025-01-01 - root - INFO - step: 80  loss:  nan  grad_norm: nan"), "framework", "torchtitan"),
     ("time (ms) | forward: 1897.36 | backward: 3000.1 | optimizer: 1450.71 | batch generator: 3.2", "optim", None),
     # steps and values in words
     ("训练到20000多steps就出现了nan", "first_bad_step", 20000),
@@ -1405,8 +1405,8 @@ _NEOX = (" samples/sec: 1.702 | iteration        {i}/   55000 | elapsed time per
     # commands and shell variables
     ("export CUDA_VISIBLE_DEVICES=\"1,6,7\" && DS_SKIP_CUDA_CHECK=1 torchrun --standalone --nproc_per_node=gpu train.py",
      "num_gpus", 3),
-    ("BATCH_SIZE=${BATCH_SIZE:-128}\nPER_DEVICE_BATCH_SIZE=${PER_DEVICE_BATCH_SIZE:-1}\n"
-     "torchrun train.py --per_device_train_batch_size ${PER_DEVICE_BATCH_SIZE}", "micro_batch_size", 1),
+    (("BATCH_SIZE=${BATCH_SIZE:-128}\nPER_DEVICE_BATCH_SIZE=${PER_DEVICE_BATCH_SIZE:-1}\n"
+     "torchrun train.py --per_device_train_batch_size ${PER_DEVICE_BATCH_SIZE}"), "micro_batch_size", 1),
     ("python reward_modeling.py --max_source_length 256 --max_target_length 256", "max_prompt_length", 256),
     # masking set up in code, and TRL's warning that an instance was masked whole
     ('trainer = train_on_responses_only(trainer, instruction_part = "user", response_part = "model")',
@@ -1455,8 +1455,8 @@ def test_raw_thread_openings_fifth_round(text, key, value):
     ("Qwen3-30B-A3B OOM with GRPO on 4x8H200 141G", "gpu", "H200"),
     ("Qwen3-30B-A3B OOM with GRPO on 4x8H200 141G", "num_nodes", 4),
     ('base_model=\\"Qwen/Qwen2.5-1.5B-Instruct\\"', "model", "Qwen/Qwen2.5-1.5B-Instruct"),
-    ("ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla "
-     "V100-PCIE-32GB GPU has compute capability 7.0", "errors", ["dtype_crash"]),
+    (("ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla "
+     "V100-PCIE-32GB GPU has compute capability 7.0"), "errors", ["dtype_crash"]),
     ("```CUDA_VISIBLE_DEVICES=0 python src/train_bash.py --stage sft --model_name_or_path /Qwen-1_8B --fp16```",
      "framework", "LLaMA-Factory"),
     # model families of 2025-2026
