@@ -299,7 +299,7 @@ def metric_facts(records: list[Record], facts: Facts, source: str) -> None:
     _logged_learning_rate(records, facts, source)
     _first_bad_step([r for r in records if r.step is not None or not _prose(r)], bad, facts, source)
     _pairwise_tie(records, facts, source)
-    _swift_log(records, facts, source)
+    _framework_of_log(records, facts, source)
 
 
 _SWIFT_KEYS = re.compile(r"['\"](?:memory\(GiB\)|train_speed\((?:iter/s|s/it)\))['\"]\s*:")
@@ -322,7 +322,7 @@ def _pairwise_tie(records: list[Record], facts: Facts, source: str) -> None:
         facts.add("symptom", "collapse", "log", tied[0].line, detail, source)
 
 
-def _swift_log(records: list[Record], facts: Facts, source: str) -> None:
+def _framework_of_log(records: list[Record], facts: Facts, source: str) -> None:
     """A trainer's own log format names it: ms-swift's records (`'memory(GiB)': 55.3`, `'train_speed(iter/s)'` or
     `'train_speed(s/it)'`), torchtitan's `[titan]` lines."""
     for r in records:

@@ -335,6 +335,15 @@ _EXPECTED_NOT = re.compile(r"(?:\bshould(?:\s+not|n't)|\bmust(?:\s+not|n't)|不�
 _WHEN_IT_HAPPENS = re.compile(r"(?:\b(?:stop|terminat\w*|skip\w*|abort\w*|halt\w*|detect\w*|check\w*|handl\w*|catch\w*|"
                               r"guard\w*|what happens|what if|how (?:to|do i|can i) (?:handle|avoid|detect))\b)[^.?!。？\n]{0,40}?"
                               r"\b(?:when|if|whenever|once|in case)\b[^.?!。？\n]{0,30}$", re.IGNORECASE)
+
+
+def _when_it_happens(s: str, start: int) -> bool:
+    """The words before s[start] ask what should happen if a metric went bad (`_WHEN_IT_HAPPENS`)."""
+    window = s[max(0, start - 80):start]
+    low = window.lower()
+    return ("when" in low or "if" in low or "once" in low or "in case" in low) and bool(_WHEN_IT_HAPPENS.search(window))
+
+
 # The fixed wording of generate()'s sampling error lists NaN and inf as possibilities ("probability tensor contains
 # either `inf`, `nan` or element < 0"): the error id says it (prob_tensor_invalid), not a NaN symptom.
 _ERROR_WORDING = re.compile(r"contains either[ \t`'\",]{0,6}(?:inf[ \t`'\",]{0,6})?$", re.IGNORECASE)
@@ -435,8 +444,9 @@ def _alias_regex(alias: str) -> re.Pattern[str]:
                       re.IGNORECASE)
 
 
-_ALGO_RX = [(name, _alias_regex(a)) for name, aliases in ALGORITHMS.items()
-            for a in (name.lower(), *aliases) if a not in _ALGO_AMBIGUOUS]
+_ALGO_ALIASES = [(name, a) for name, aliases in ALGORITHMS.items() for a in (name.lower(), *aliases)
+                 if a not in _ALGO_AMBIGUOUS]
+_ALGO_RX = [(name, _alias_regex(a)) for name, a in _ALGO_ALIASES]
 _ALGO_RX.append(("RM", re.compile(r"reward[ _-]?model(?:ing|ling)?|reward\s?模型|奖励模型|\bRM\b")))
 # "GRPO on the SFT'd model", "用 SAPO 训练 SFT 过的 Qwen", "after SFT": where the model came from, not the run's
 # algorithm (an RL run whose report names its starting checkpoint first would read as supervised training).
@@ -463,16 +473,16 @@ def _in_metric_path(text: str, m: re.Match[str]) -> bool:
     return m.start() > 0 and text[m.start() - 1] == "/" and (_METRIC_VALUE_AFTER.match(text, m.end()) is not None
                                                              or _METRIC_SUFFIX_AFTER.match(text, m.end()) is not None)
 # (not inside a dotted key: verl's `actor_rollout_ref.actor.megatron.use_mbridge` names Megatron as its backend)
-_FW_RX = [(name, re.compile(r"(?<!\.)" + _alias_regex(a).pattern, re.IGNORECASE))
-          for name in _FW_ORDER for a in (name.lower(), *FRAMEWORKS.get(name, ()))
-          if a not in _FW_AMBIGUOUS or name in ("DeepSpeed", "transformers")]
-# A lowercase word every match of a name regex contains (None: no cheap pre-test).
+_FW_ALIASES = [(name, a) for name in _FW_ORDER for a in (name.lower(), *FRAMEWORKS.get(name, ()))
+               if a not in _FW_AMBIGUOUS or name in ("DeepSpeed", "transformers")]
+_FW_RX = [(name, re.compile(r"(?<!\.)" + _alias_regex(a).pattern, re.IGNORECASE)) for name, a in _FW_ALIASES]
+# A lowercase word every match of a name regex contains (None: no cheap pre-test), keyed by the regexes as they are
+# finally used (the rewrapped SFT / pretrain patterns and the framework patterns are objects of their own).
 _HINTS: dict[re.Pattern[str], str] = {}
-for _name, _a in [(n, a) for n, aliases in ALGORITHMS.items() for a in (n.lower(), *aliases)] + \
-        [(n, a) for n in _FW_ORDER for a in (n.lower(), *FRAMEWORKS.get(n, ()))]:
+for (_name, _a), (_, _rx) in [*zip(_ALGO_ALIASES, _ALGO_RX), *zip(_FW_ALIASES, _FW_RX)]:
     _m = re.match(r"[a-z0-9]+", _a.lower())
     if _m:
-        _HINTS[_alias_regex(_a)] = _m.group(0)
+        _HINTS[_rx] = _m.group(0)
 for _fam, _rx in _FAMILY_RX:
     _m = re.match(r"(?:\\b)?([a-z]+)", _rx.pattern)
     if _m:
@@ -910,7 +920,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                 continue  # `    total_loss = 0`: a script starting its sum, not a loss that reached 0
             hit = next((m for m in rx.finditer(s) if not _SAID_ABSENT.search(before := s[max(0, m.start() - 40):m.start()])
                         and not _EXPECTED_NOT.search(before) and not _ERROR_WORDING.search(before)
-                        and not _WHEN_IT_HAPPENS.search(s, max(0, m.start() - 80), m.start())
+                        and not _when_it_happens(s, m.start())
                         and not (sym in ("nan", "inf") and (_HARDWARE_FIGURE.search(before)
                                                             or _COUNTED_ZERO.match(s, m.end())))), None)
             if hit is not None and sym == "zero_loss" and _COEFFICIENT_BEFORE.search(s, max(0, hit.start() - 40), hit.start()):
@@ -1087,7 +1097,7 @@ _GRAD_BEFORE = re.compile(r"(?<![A-Za-z])grad(?:ient)?s?[ _-]*$", re.IGNORECASE)
 
 
 def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: str, start: int = -1) -> None:
-    if start > 0 and _WHEN_IT_HAPPENS.search(s, max(0, start - 80), start):
+    if start > 0 and _when_it_happens(s, start):
         return  # "stop training when the loss is NaN", "what happens if the loss becomes 0?": no run reported it
     name = name.strip("/").lower()
     if name == "entropy" and start > 0 and re.search(r"cross[- _]?$", s[max(0, start - 6):start], re.IGNORECASE):

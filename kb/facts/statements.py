@@ -240,11 +240,10 @@ _NUM_GPUS = re.compile(
     rf"(?<![A-Za-z\d.十百两一二三四五六七八九/-])(\d{{1,3}}|{'|'.join(_NUMBER_WORDS)})[ \t]*(?:个|张|块)?[ \t]*"
     rf"(?:[x×*][ \t]*)?(?:(?:NVIDIA|Nvidia|nvidia)[ \t]+)?(?:(?:{GPU_MODELS})[ \t]*)?"
     rf"(?:(?:GPUs?|NPUs?|cards?|{GPU_MODELS})(?![A-Za-z0-9])|显?卡)", re.IGNORECASE)
-# Cards counted after the name ("A800  80G *8 的机器"), and nodes times cards ("on 4x8H200").
-_GPUS_AFTER = re.compile(rf"(?<![A-Za-z0-9])(?:{GPU_MODELS})[ \t]*(?:\d{{2,3}}[ \t]?G[Bb]?)?[ \t]*[*x×][ \t]*"
-                         rf"(\d{{1,3}})(?![\d.])", re.IGNORECASE)
-_NODES_TIMES_GPUS = re.compile(rf"(?<![\d.])(\d{{1,2}})[ \t]?[xX×*][ \t]?(\d{{1,2}})[ \t]?(?:{GPU_MODELS})",
-                               re.IGNORECASE)
+# Around a card's name (a GPU_NAME match): cards counted after it ("A800  80G *8 的机器"), nodes times cards before it
+# ("on 4x8H200").
+_COUNT_AFTER_GPU = re.compile(r"[ \t]{0,3}(?:\d{2,3}[ \t]?G[Bb]?)?[ \t]{0,3}[*x×][ \t]{0,3}(\d{1,3})(?![\d.])")  # bounded
+_NODES_TIMES_BEFORE_GPU = re.compile(r"(?<![\d.])(\d{1,2})[ \t]?[xX×*][ \t]?(\d{1,2})[ \t]?$")
 _VERSION = re.compile(
     r"(?<![A-Za-z0-9_-])(PyTorch|torch|DeepSpeed|transformers?|trl|flash[-_ ]?attn|flash[-_ ]?attention|ms-swift|swift|"
     r"OpenRLHF|xtuner|LLaMA-Factory|llamafactory|verl|vllm|peft|accelerate)\s*(?:==|=|:|版本(?:为|是|号)?|version|v)?\s*v?"
@@ -286,12 +285,14 @@ def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
             if 1 <= n <= 1024 and not _ALTERNATIVE.match(text, m.end()) \
                     and not _ALTERNATIVE_BEFORE.search(text, max(0, m.start() - 6), m.start()):
                 out.append(Finding("num_gpus", n, _snippet(text, m.start(), m.end()), "prose", m.start()))
-        for m in hay.gate(_GPUS_AFTER).finditer(text):  # "A800  80G *8 的机器"
-            out.append(Finding("num_gpus", int(m.group(1)), _snippet(text, m.start(), m.end()), "prose", m.start()))
-        for m in hay.gate(_NODES_TIMES_GPUS).finditer(text):  # "on 4x8H200": 4 nodes of 8 cards
-            out.append(Finding("num_nodes", int(m.group(1)), _snippet(text, m.start(), m.end()), "prose", m.start()))
-            out.append(Finding("num_gpus", int(m.group(2)), _snippet(text, m.start(), m.end()), "prose", m.start()))
         for m in hay.gate(GPU_NAME).finditer(text):
+            c = _COUNT_AFTER_GPU.match(text, m.end())
+            if c:  # "A800  80G *8 的机器"
+                out.append(Finding("num_gpus", int(c.group(1)), _snippet(text, m.start(), c.end()), "prose", m.start()))
+            c = _NODES_TIMES_BEFORE_GPU.search(text, max(0, m.start() - 8), m.start())
+            if c:  # "on 4x8H200": 4 nodes of 8 cards
+                out.append(Finding("num_nodes", int(c.group(1)), _snippet(text, c.start(), m.end()), "prose", c.start()))
+                out.append(Finding("num_gpus", int(c.group(2)), _snippet(text, c.start(), m.end()), "prose", c.start()))
             out.append(Finding("gpu", gpu_name(m.group("gpu")), m.group(0), "prose", m.start()))
         for m in hay.gate(_VERSION).finditer(text):
             name = re.sub(r"[\s_]+", "-", m.group(1).lower())
