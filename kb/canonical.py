@@ -346,10 +346,15 @@ def normalise_value(key: str, value: Any) -> Any:
         if key == "lora_task_type":  # PEFT's TaskType (a dataset record's "task_type": "xxx" is none)
             t = re.sub(r"^tasktype\.", "", text.lower())
             return t if t in _PEFT_TASK_TYPES else None
-        if key == "optim" and re.fullmatch(r"[\d.]+", text):
-            return None  # GPT-NeoX's timing line "optimizer: 1884.36" is milliseconds
+        if key == "optim" and (re.fullmatch(r"[\d.]+", text) or text.lower() in _NOT_AN_OPTIMIZER):
+            return None  # GPT-NeoX's timing line "optimizer: 1884.36" is milliseconds; "optimizer is not None"
         return text.lower()
     return text
+
+
+# Words that follow "optimizer is / was" in prose or code and name no optimizer.
+_NOT_AN_OPTIMIZER = frozenset({"not", "none", "null", "nil", "the", "a", "an", "used", "set", "also", "still", "only",
+                               "being", "created", "initialized", "initialised", "defined", "wrapped", "same"})
 
 
 def canonical(raw_key: str, value: Any) -> tuple[str, Any] | None:

@@ -1466,3 +1466,40 @@ def test_raw_thread_openings_fifth_round(text, key, value):
 ])
 def test_raw_thread_openings_sixth_round(text, key, value):
     assert values(text).get(key) == value
+
+
+# The seventh round: the opening posts of case-base threads as their reporters wrote them (`kb eval --cv --texts`),
+# set beside our own write-up of the same report. What the opening states and the write-up's facts had, but the
+# opening's were missing (or false):
+@pytest.mark.parametrize(("text", "key", "value"), [
+    ("使用baichuan2-13B进行微调时出现loss全为0的情况", "zero_metrics", ["loss"]),
+    ("loss在训练过程中（1个epoch之后）突然降至0", "zero_metrics", ["loss"]),
+    ("loss（没有）降至0", "zero_metrics", None),  # an aside that negates is not passed over
+    ("采用amp模式进行训练step1 loss直接走到Nan，优化器用的adam", "nan_metrics", ["loss"]),
+    ("All settings are standard, eval loss keeps coming back as `nan`. Why might this be?", "nan_metrics", ["eval_loss"]),
+    ("Eval loss is 'nan'", "nan_metrics", ["eval_loss"]),
+    ('I got "NaN" in training loss and validation loss as below:', "nan_metrics", ["loss"]),
+    ("[FA3] `nan` gradients in the BW pass", "nan_metrics", ["gradients"]),
+    # the sentence goes on about the metric in a clause of its own
+    ("loss先在2左右上下波动，然后突然变成0，后面一直保持为0，应该是出问题了吧。", "zero_metrics", ["loss"]),
+    ("采用freeze 调试时，Loss突然增大，然后变为0，有大佬遇到过没有", "zero_metrics", ["loss"]),
+    ("the loss decreases normally, then suddenly becomes nan", "nan_metrics", ["loss"]),
+    ("the loss decreases, then grad_norm becomes nan", "nan_metrics", ["grad_norm"]),
+    ("loss 正常下降，然后不会变成0", "zero_metrics", None),
+    ("loss 从 2 降到 1，然后降到 0.5", "zero_metrics", None),
+    ("[GKD] 0 loss", "symptom", ["zero_loss"]),
+    ("Epoch 0 loss: 2.3", "symptom", None),
+    ("the loss becomes the following:\ntensor(nan, device='cuda:1', dtype=torch.float16, grad_fn=<NllLossBackward0>)",
+     "nan_metrics", ["loss"]),
+    ("* Before the change, the loss dramatically rises after an update.", "spike_metrics", ["loss"]),
+    ("如图第一步loss为500多，在其他模型刚开始的时候都是3-4左右", "huge_metrics", ["loss"]),
+    ("loss为500多步", "huge_metrics", None),
+    ("## Fixes a bug where the GKD loss and gradient norm become unexpectedly large when using TRL >= 0.24",
+     "symptom", ["collapse"]),
+    # false
+    ("With `if self.optimizer is not None and self.fp16_enabled():`, a BF16 optimizer will not execute it",
+     "optim", None),
+    ("optimizer: adamw_torch", "optim", "adamw_torch"),
+])
+def test_raw_thread_openings_seventh_round(text, key, value):
+    assert values(text).get(key) == value

@@ -90,14 +90,23 @@ _PROSE_METRIC = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")(?=(?
 # (`_ZH_METRIC` gives each its canonical name; a word before "损失" that names evaluation makes it eval_loss).
 _PROSE_METRIC_ZH = re.compile(r"(?P<m>梯度范数|梯度模长|梯度|损失值?|损失函数值?|奖励值?|KL\s*散度)(?=(?P<gap>[^\n,，。.;；=]{0,30}?)"
                               r"(?<![A-Za-z0-9_.])(?P<v>" + _BAD_VALUE + r")(?![A-Za-z0-9_]))", re.IGNORECASE)
+# The metric's sentence goes on in a second clause with no subject of its own: "loss先在2左右上下波动，然后突然变成0",
+# "Loss突然增大，然后变为0", "the loss decreases normally, then suddenly becomes nan". The second clause must start
+# with its "then" and go straight to the value (another metric or a negation there is no such clause).
+_PROSE_METRIC_THEN = re.compile(
+    r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r"|损失|梯度范数)(?P<gap>[^\n,，。.;；]{0,40}?)[，,][ \t]{0,3}"
+    r"(?:然后|随后|之后|后来|最后|最终|接着|and then|but then|then)[ \t]{0,3}(?:突然|很快|迅速|直接|就|又|(?:suddenly|quickly|"
+    r"immediately|eventually)[ \t]{1,3})?(?:变成了?|变为|降至|降到|降为|掉到|跌到|归|为|(?:goes|went|drops?|dropped|falls?|"
+    r"fell)[ \t]{1,3}to[ \t]{1,3}|becomes?[ \t]{1,3}|became[ \t]{1,3}|turn(?:s|ed)?[ \t]{1,3}(?:in)?to[ \t]{1,3})[ \t]{0,3}"
+    r"(?P<v>" + _BAD_VALUE + r")(?![A-Za-z0-9_.])", re.IGNORECASE)
 _ZH_METRIC = (("梯度", "grad_norm"), ("损失", "loss"), ("奖励", "reward"), ("kl", "kl"))
-_PROSE_METRIC_REV = re.compile(r"(?<![A-Za-z0-9_])(?P<v>nan|NaN|inf|Inf)s?\b\s*(?:values?\s*)?(?:in|for|of|on)\s+"
+_PROSE_METRIC_REV = re.compile(r"(?<![A-Za-z0-9_])(?P<v>nan|NaN|inf|Inf)s?\b['\"`”’]?\s*(?:values?\s*)?(?:in|for|of|on)\s+"
                                r"(?:(?:the|both|local|global|total)\s+)*(?:grad(?:ient)?\s+(?=norm))?"
                                r"(?:(?:validation|evaluation|eval|val|training|train|test)\s+(?=loss))?"
                                r"(?P<m>" + _METRIC_NAME + r")", re.IGNORECASE)
 # The bad value as the metric's adjective: "reports NaN eval loss on every rank", "produces NaN training loss",
 # "a NaN gradient norm" (the word before the metric still names the evaluation loss, _EVAL_BEFORE).
-_PROSE_METRIC_ADJ = re.compile(r"(?<![A-Za-z0-9_-])(?P<v>nan|inf)\s+(?:(?:eval(?:uation)?|validation|val|test|training|train)"
+_PROSE_METRIC_ADJ = re.compile(r"(?<![A-Za-z0-9_-])(?P<v>nan|inf)['\"`”’]?\s+(?:(?:eval(?:uation)?|validation|val|test|training|train)"
                                r"[ _])?(?P<m>loss(?:es)?|grad(?:ient)?[ _]norms?|kl|grad(?:ient)?s?(?!\w|\s*(?:checkpoint|accum|clip)))\b",
                                re.IGNORECASE)  # "NaN gradients": recorded as `gradients`
 # "There are NaNs in the gradients", "the gradients become nan": recorded as the metric `gradients`, apart from a
@@ -105,6 +114,9 @@ _PROSE_METRIC_ADJ = re.compile(r"(?<![A-Za-z0-9_-])(?P<v>nan|inf)\s+(?:(?:eval(?
 _NAN_GRADS = re.compile(r"(?<![A-Za-z0-9_])(?:nan|inf)s?\s+(?:values?\s+)?(?:in|of)\s+(?:the\s+|all\s+)?(?:\w+\s+)?"
                         r"grad(?:ient)?s\b|(?<![A-Za-z0-9_])grad(?:ient)?s\s+(?:is|are|were|become|became|turn(?:s|ed)?"
                         r"(?:\s+in)?to)\s+(?:all\s+)?(?:nan|inf)\b", re.IGNORECASE)
+# `tensor(nan, device='cuda:1', dtype=torch.float16, grad_fn=<NllLossBackward0>)`: a printed loss that is NaN.
+_LOSS_TENSOR = re.compile(r"\btensor\([ \t]{0,3}(?P<v>nan|inf)\b[^()\n]{0,200}?grad_fn=<\w{0,40}?Loss\w{0,20}>",
+                          re.IGNORECASE)
 # "WARN: grad_norm is not finite: nan", "the loss became non-finite": NaN or inf, the words do not say which.
 _NOT_FINITE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")\s+(?:is|was|are|were|became|becomes|goes|went)\s+"
                          r"(?:not\s+finite|non-?finite)\b|(?<![A-Za-z0-9_-])non-?finite\s+(?P<m2>loss(?:es)?|grad(?:ient)?[ _]norms?)\b",
@@ -122,7 +134,9 @@ _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes?(?
                      r"reach(?:es|ed)?|hits?|"  # "Loss Reaches NaN"
                      r"变成|为|是|出现|会|就|直接|也|and [\w/]+ (?:will be|are|were|become)|一直为|一直是|"
                      r"显示(?:为|是)?|归|持续|"  # "梯度范数(grad_norm)显示为NaN", "Loss值归零", "梯度范数持续显示为NaN"
-                     r"全程|始终|全部|全都|均|"
+                     r"全程|始终|全部|全都|全为|全是|均|"
+                     r"走到|走向|跑到|到了|"  # "step1 loss直接走到Nan"
+                     r"(?:keeps? |kept )?(?:coming|comes?|came) back(?: as)?|"  # "eval loss keeps coming back as `nan`"
                      # "loss 和 grad_norm 一直为 0", "loss、grad_norm 都是 nan", "loss and grad_norm are 0"
                      # "the loss and the grad norm stay at 0": a two-word metric after the conjunction
                      r"(?:和|与|及|跟|、|&|and|as well as)\s*(?:the\s+)?(?:grad(?:ient)?\s+norms?|[A-Za-z_][\w/]*)|"
@@ -150,7 +164,10 @@ _GAP_FILLER = re.compile(
     r"突然|很快|迅速|快速|直接|一下子?|马上|立刻|立即|最终|最后|随后|然后|逐渐|慢慢|之后|后来|了|数值|值|指标|曲线|项|部分|开始|"
     r"[（(][ \t]{0,3}[A-Za-z_][\w/ ]{0,30}[)）]|"  # "损失值(loss)突然变为NaN", "梯度范数(grad_norm)也为0": the name again
     r"\bstart(?:s|ed)? (?:to be|being)\b|"  # "loss 开始为 nan", "the loss started being nan"
-    r"从头到尾|自始至终|一开始就|从一开始|^[`'\"]",
+    r"从头到尾|自始至终|一开始就|从一开始|^[`'\"]|[`'\"“”‘’]\s*$|"  # "eval loss is 'nan'"
+    r"在?训练(?:过程)?中|"  # "loss在训练过程中突然降至0"
+    # a short aside: "loss在训练过程中（1个epoch之后）突然降至0" (not one that negates: "（并没有）")
+    r"[（(](?![^()（）]{0,24}?(?:不|没|\bno\b|\bnot\b))[^()（）\n]{0,24}[)）]",
     re.IGNORECASE)
 # "drops to 0", "降到 0": how a loss reaches zero (with _BAD_VALUE's "0" not followed by more digits).
 _GAP_FALL = re.compile(r"^\s*(?:就|也|都|会|will|would)?\s*"
@@ -226,7 +243,7 @@ _PROSE_HIGH_LOSS = re.compile(r"(?<![A-Za-z0-9_/])(?<!value )(?<!critic )(?<!vf 
                               r"(?:(?:train(?:ing)?[_ ])?loss|损失)(?P<gap>\s{0,3}(?:(?:is|was|of|at|starts? at|"
                               r"started at|around|about|over|above|as high as|reach(?:es|ed)?|"
                               r"=|:|：|就是|就|约|高达|达到|超过|到了?|是|为|变成)\s{0,3}){1,4})"
-                              r"(?P<v>[1-9]\d{2,3}(?:\.\d+)?)(?![\w.%])(?!\s*(?:samples?|steps?|tokens?|examples?|"
+                              r"(?P<v>[1-9]\d{2,3}(?:\.\d+)?)[多余]?(?![\w.%])(?!\s*(?:samples?|steps?|tokens?|examples?|"
                               r"iter\w*|epochs?|rows|lines|px|条|步|个|次|轮|张|样本))", re.IGNORECASE)
 # "normalized advantages of -1,000,000 and +1,000,000", "the odd sample's advantage spikes to about -2000":
 # group-normalised advantages are z-scores (a few units at most), so one said to be in the hundreds or beyond means
@@ -260,6 +277,8 @@ _SYMPTOM = (
                 # "GKDTrainer reports 0 loss", "gives a 0.0 training loss"
                 r"\b(?:reports?|reported|gives?|gave|shows?|showed|logs?|logged|gets?|got|getting|returns?|returned)\s+"
                 r"(?:a\s+)?0(?:\.0+)?\s+(?:train(?:ing)?\s+)?loss\b|"
+                # a title "[GKD] 0 loss" (not "epoch 0 loss: 2.3", "rank 0 loss nan")
+                r"^[ \t]{0,3}(?:\[[^\]\n]{1,30}\][ \t]{0,3}){0,3}0(?:\.0+)? (?:train(?:ing)? )?loss[ \t]*$|"
                 # "loss normal at first, then suddenly 0", "loss starts ~7-11, then 0.000000 from step 4"
                 r"\bloss\b[^.;。\n]{0,40}?\bthen\s+(?:suddenly\s+|quickly\s+|immediately\s+)?(?:(?:drops?|dropped|goes|went|"
                 r"falls?|fell|becomes?|became|collapses?|collapsed)\s+(?:to\s+)?)?(?:0(?:\.0+)?|zero)(?![\w.])",
@@ -283,7 +302,10 @@ _SYMPTOM = (
     # norm keeps growing", "abnormally high grad_norm".
     (re.compile(r"不降反升|(?:loss|损失|grad_norm|梯度)[^。，,;；\n]{0,12}?越来越(?:大|高)|(?:loss|grad(?:ient)?[_ ]norm)"
                 r"[^.;\n]{0,30}?(?:keeps? (?:growing|rising|increasing|climbing)|(?:rose|rises|grew|grows|climb(?:s|ed)?)"
-                r" (?:abnormally|steadily|without bound))|abnormally (?:high|large) (?:loss|grad(?:ient)?[_ ]norm)",
+                r" (?:abnormally|steadily|without bound))|abnormally (?:high|large) (?:loss|grad(?:ient)?[_ ]norm)|"
+                # "the GKD loss and gradient norm become unexpectedly large", "the loss grew abnormally large"
+                r"(?:loss|grad(?:ient)?[_ ]norm)[^.;\n]{0,30}?(?:becomes?|became|grows?|grew|gets?|got) (?:unexpectedly|"
+                r"abnormally|extremely|absurdly) (?:large|big|high|huge)",
                 re.IGNORECASE), "collapse"),
     # A pairwise (reward-model / preference) loss that cannot separate the pair (_PAIRWISE_TIE, above).
     (_PAIRWISE_TIE, "collapse"),
@@ -773,6 +795,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     metric_adj = hay.gate(_PROSE_METRIC_ADJ)
     kl_loss = hay.gate(_KL_LOSS)
     metric_zh = hay.gate(_PROSE_METRIC_ZH)
+    metric_then = hay.gate(_PROSE_METRIC_THEN)
     at_step = hay.gate(_AT_STEP)
     high_loss = hay.gate(_PROSE_HIGH_LOSS)
     advantage = hay.gate(_PROSE_ADVANTAGE)
@@ -857,6 +880,13 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             if not _gap_ok(m.group("gap")):
                 continue
             _prose_metric(facts, m.group("m"), m.group("v"), n, s, source, m.start("m"))
+        for m in metric_then.finditer(s):
+            if _NEGATED.search(m.group("gap")) or _SAID_ABSENT.search(s[max(0, m.start() - 12):m.start()]):
+                continue
+            _prose_metric(facts, {"损失": "loss", "梯度范数": "grad_norm"}.get(m.group("m"), m.group("m")), m.group("v"),
+                          n, s, source, m.start("m"))
+        for m in (_LOSS_TENSOR.finditer(s) if "grad_fn" in s else ()):
+            _prose_metric(facts, "loss", m.group("v"), n, s, source)
         for m in metric_zh.finditer(s):
             if _gap_ok(m.group("gap")) and not _SAID_ABSENT.search(s[max(0, m.start() - 12):m.start()]):
                 name = next(en for zh, en in _ZH_METRIC if m.group("m").lower().startswith(zh))
@@ -989,6 +1019,9 @@ _LIGHTNING = re.compile(r"(?<![\w.\-])(?:(?:bf)?16|32|64)-(?:true|mixed)(?![\w\-
 # "loss 陡增后变为 0", "the loss suddenly shot up", "grad_norm spikes": a metric that jumped, said in words.
 _PROSE_SPIKE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r"|梯度|损失)(?P<gap>[^\n,，。.;；]{0,20}?)(?:先)?"
                           r"(?:陡增|突增|骤增|骤升|剧增|暴涨|飙升|激增|猛增|突刺|爆炸|突然(?:增大|变大|上升|升高)|jump(?:s|ed)? (?:up|sharply)|sho(?:ot|ots|t) up|"
+                          # "the loss dramatically rises after an update", "loss rose sharply"
+                          r"(?:dramatically|sharply|suddenly|rapidly) (?:rises|rose|increase[sd]|jump(?:s|ed))|"
+                          r"(?:rises|rose|increase[sd]|jump(?:s|ed)) (?:dramatically|sharply)|"
                           r"spik(?:e|es|ed|ing|ey|y)\b|blow(?:s|n)? up|blew up|explod(?:e|es|ed)|"
                           r"jump(?:s|ed)? by (?:\w+ )?orders? of magnitude)", re.IGNORECASE)
 # The metric after the word: "sudden huge spikes in the policy loss", "a spike of the grad_norm" (losses, norms and
