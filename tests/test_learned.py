@@ -142,8 +142,16 @@ def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_writes_
 
     from kb import KnowledgeBase
     from kb.cases import load_cases
-    from kb.diagnose.evaluate import VARIANTS, cross_validate, fit_case_ranker, format_cv, learning_curve
-    from kb.errors import InputError
+    from kb.diagnose.evaluate import (
+        TEXTS_ROW,
+        TEXTS_ROW_AS_WRITTEN,
+        VARIANTS,
+        cross_validate,
+        fit_case_ranker,
+        format_cv,
+        learning_curve,
+    )
+    from kb.errors import InputError, NotFound
 
     data = os.environ.get("KB_DATA_DIR") or tmp_path_factory.mktemp("data")
     kb = KnowledgeBase.open(data_dir=data, incidents_dir=repo_root / "incidents")
@@ -161,7 +169,17 @@ def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_writes_
         shutil.copy(kb.cases_dir / f"{c.id}.yaml", sub / f"{c.id}.yaml")
     kb.cases_dir = sub
 
+    # --texts: five reports answered a second time from another text. Given their own text as written, the
+    # answers are the grouped scheme's answers (same folds, same rankers); given the title, they are scored apart.
+    same = {c.id: c.query() for c in chosen[::5]}
+    report = cross_validate(kb, folds=3, draws=4, texts=same)
+    assert report["predictions"]["the given texts"] == {k: report["predictions"]["grouped by thread"][k] for k in same}
+    assert report[TEXTS_ROW] == report[TEXTS_ROW_AS_WRITTEN]
+    assert report[TEXTS_ROW]["n_in"] + report[TEXTS_ROW]["n_out"] == len(same) == 5
+    with pytest.raises(NotFound):
+        cross_validate(kb, folds=3, draws=1, texts={"no-such-case": "loss nan"})
     report = cross_validate(kb, folds=3, draws=4)
+    assert TEXTS_ROW not in report and "the given texts" not in report["predictions"]
     assert report["cases"] == len(chosen) == report["threads"]
     mean = report["learned, grouped by thread, mean of 4 fold draws"]  # the grouped scheme over 4 assignments
     assert mean["draws"] == 4 and mean["n_in"] == 14 and mean["n_out"] == 10
@@ -212,6 +230,27 @@ def test_cv_on_a_small_case_base_reports_out_of_fold_numbers_and_the_fit_writes_
     assert ranker.track_record["bins"] == report["confidence"]["bins"] and ranker.track_record["reports"] == 24
     text = TextModel.for_cases(chosen)
     assert text is not None and text.categories == ["fp16-overflow", "framework-bug"]
+
+
+def test_case_texts_folder_for_eval_cv(tmp_path):
+    """`kb eval --cv --texts DIR`: <case id>.txt files, a source line and a #PARTIAL marker on top left out;
+    binary junk, a missing or empty folder are clear errors."""
+    from kb.diagnose.evaluate import load_case_texts
+    from kb.errors import InputError
+
+    (tmp_path / "gh-a-b-1.txt").write_text("# https://github.com/a/b/issues/1\n#PARTIAL\nLoss NaN\n# Logs\nx\n")
+    (tmp_path / "gh-a-b-2.txt").write_text("\n\n训练 loss 为 0\n", encoding="utf-8")
+    (tmp_path / "empty.txt").write_text("# https://example.org/t/1\n")
+    (tmp_path / "notes.md").write_text("not a case text")
+    assert load_case_texts(tmp_path) == {"gh-a-b-1": "Loss NaN\n# Logs\nx", "gh-a-b-2": "训练 loss 为 0"}
+    (tmp_path / "junk.txt").write_bytes(b"\x00\x01\x02" * 100)
+    with pytest.raises(InputError):
+        load_case_texts(tmp_path)
+    with pytest.raises(InputError):
+        load_case_texts(tmp_path / "missing")
+    (tmp_path / "none").mkdir()
+    with pytest.raises(InputError):
+        load_case_texts(tmp_path / "none")
 
 
 def test_case_index_caches_its_tokens_so_a_fresh_process_needs_no_jieba(repo_root, tmp_path):

@@ -17,6 +17,10 @@ def register(sub) -> None:
     p.add_argument("--folds", type=int, default=5, help="with --cv: number of folds (default 5)")
     p.add_argument("--draws", type=int, default=10,
                    help="with --cv: fold assignments the grouped scheme is averaged over (1-100, default 10)")
+    p.add_argument("--texts", metavar="DIR",
+                   help="with --cv: also answer each case that DIR holds a <case id>.txt of from that text (e.g. "
+                        "its thread's opening post as the reporter wrote it), out of fold, beside the same cases "
+                        "as written")
     p.add_argument("--fit", action="store_true",
                    help="with --cv: then fit the ranker on every case and write kb/diagnose/learned.json")
     p.add_argument("--holdout", action="store_true",
@@ -38,10 +42,11 @@ def run(args) -> int:
     from kb.errors import InputError
 
     if args.cv:
-        from kb.diagnose.evaluate import cross_validate, fit_case_ranker, format_cv
+        from kb.diagnose.evaluate import cross_validate, fit_case_ranker, format_cv, load_case_texts
 
+        texts = load_case_texts(args.texts) if args.texts else None
         kb = open_kb(args)
-        report = cross_validate(kb, folds=max(2, args.folds), draws=max(1, min(args.draws, 100)))
+        report = cross_validate(kb, folds=max(2, args.folds), draws=max(1, min(args.draws, 100)), texts=texts)
         if args.fit:
             report["fit"] = fit_case_ranker(kb, report=report)
         print_json(report) if args.json else print(format_cv(report) + (f"\nfitted: {report['fit']}"

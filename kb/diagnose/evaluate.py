@@ -4,6 +4,7 @@ language and kind, for each ranking mode; and refitting the confidence calibrati
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from itertools import pairwise
@@ -287,16 +288,17 @@ trainer.train()
 """
 
 
-def _case_views(kb: Diagnoser, cases: list, index, text_of: Callable[[Any], str] | None = None
-                ) -> list[dict[str, Any]]:
-    """Rules, retrieval, similarity and hashed text counts for every case's query, computed once (nothing here
-    is fitted); `text_of` gives what the reporter brings (default: `Case.query`, title, observation and paste)."""
+def _case_views(kb: Diagnoser, cases: list, index, text_of: Callable[[Any], str] | None = None,
+                only: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """Rules, retrieval, similarity and hashed text counts for every case's query (or the cases at `only`, in that
+    order), computed once (nothing here is fitted); `text_of` gives what the reporter brings (default:
+    `Case.query`, title, observation and paste)."""
     from kb.diagnose import learned
     from kb.diagnose.engine import query_view
 
     rows = []
     names = learned.tool_names(cases)  # read out of the text the classifiers see, as the shipped ones read it
-    for c in cases:
+    for c in (cases if only is None else [cases[j] for j in only]):
         text = text_of(c) if text_of is not None else c.query()
         inputs = [("text", text)]
         facts, lines = collect_facts(inputs)
@@ -445,16 +447,25 @@ def _case_base(kb: Diagnoser, min_cases: int = 0) -> tuple[list, Any, list[dict[
     return cases, index, _case_views(kb, cases, index), labels
 
 
-def cross_validate(kb: Diagnoser, folds: int = 5, draws: int = 10) -> dict[str, Any]:
+def cross_validate(kb: Diagnoser, folds: int = 5, draws: int = 10, texts: dict[str, str] | None = None
+                   ) -> dict[str, Any]:
     """Out-of-fold numbers on the case base: the learned ranker grouped by thread and leave-one-framework-out,
     beside the rules-only engine and a plain hybrid-retrieval baseline, which are not fitted on cases at all.
 
     Which threads share a fold moves top-1 by a few points on its own (adding a handful of cases reshuffles every
     fold), so the grouped scheme is also run over `draws` fold assignments and reported as their mean and spread;
-    the other rows, the per-case predictions and the confusion table use the first assignment."""
+    the other rows, the per-case predictions and the confusion table use the first assignment.
+
+    `texts` (case id -> text, `load_case_texts`) answers those cases a second time from another text of the same
+    report, typically its thread's opening post as the reporter wrote it, out of fold by the rankers fitted on the
+    reports as written; the same cases as written are scored beside it."""
     from kb.canonical import canonical_framework
 
     cases, index, rows, labels = _case_base(kb, min_cases=2 * folds)
+    if texts:
+        unknown = sorted(set(texts) - {c.id for c in cases})
+        if unknown:
+            raise NotFound(f"no case with id {', '.join(unknown[:5])}" + (" ..." if len(unknown) > 5 else ""))
     out: dict[str, Any] = {"cases": len(cases), "threads": len({c.thread for c in cases}), "folds": folds}
     schemes = {
         "grouped by thread": _folds([c.thread for c in cases], folds),
@@ -470,7 +481,14 @@ def cross_validate(kb: Diagnoser, folds: int = 5, draws: int = 10) -> dict[str, 
                 rows, labels, threads, folds, draws, out[f"learned, {name}"])
         if name == "grouped by thread":
             for label, text_of in VARIANTS.items():
-                out[label] = _variant_score(kb, cases, index, rows, fold_of, labels, text_of)
+                out[label] = _variant_score(kb, cases, index, rows, fold_of, labels, text_of)[0]
+            if texts:
+                only = [j for j, c in enumerate(cases) if c.id in texts]
+                out[TEXTS_ROW], given = _variant_score(kb, cases, index, rows, fold_of, labels,
+                                                       lambda c: texts[c.id], only)
+                out[TEXTS_ROW_AS_WRITTEN] = _score(rows, {j: preds[j] for j in only})
+                out.setdefault("predictions", {})["the given texts"] = {cases[j].id: a[0]
+                                                                         for j, a in sorted(given.items())}
         # Every case's out-of-fold answer (an abstention is "out-of-scope"), for comparisons on a subset (e.g.
         # scripts/blind_reader.py, which sets a reader's labels beside the engine's on the same reports).
         out.setdefault("predictions", {})[name] = {cases[j].id: a[0] for j, a in sorted(preds.items())}
@@ -573,21 +591,62 @@ VARIANTS: dict[str, Callable[[Any], str]] = {
 }
 
 
+# `kb eval --cv --texts DIR`: the cases that DIR holds another text of, answered from it and as written.
+TEXTS_ROW = "  the same reports, from the texts given (--texts)"
+TEXTS_ROW_AS_WRITTEN = "  those reports as written"
+# A source line at the top of such a file ("# https://...") or a "#PARTIAL" marker is a note, not the report.
+_TEXT_NOTE = re.compile(r"#\s*(?:https?://\S+|PARTIAL)\s*")
+
+
+def load_case_texts(folder: str | Path) -> dict[str, str]:
+    """`<case id>.txt` files of a folder -> {case id: text}, each checked as `kb diagnose` checks a paste (size,
+    binary, encoding); leading note lines (a source URL, `#PARTIAL`) are left out."""
+    from kb.facts import check_text
+    from kb.settings import limits
+
+    root = Path(folder)
+    if not root.is_dir():
+        raise InputError(f"--texts takes a folder of <case id>.txt files; {folder} is not a folder")
+    max_bytes = limits().diagnose_max_bytes
+    texts: dict[str, str] = {}
+    for p in sorted(root.glob("*.txt")):
+        try:
+            with p.open("rb") as fh:
+                data = fh.read(10 * max_bytes + 1)
+        except OSError as e:
+            raise InputError(f"cannot read {p}: {e.strerror}") from None
+        lines = check_text(data, str(p)).splitlines()
+        while lines and (not lines[0].strip() or _TEXT_NOTE.fullmatch(lines[0].strip())):
+            lines.pop(0)
+        if lines:
+            texts[p.stem] = "\n".join(lines)
+    if not texts:
+        raise InputError(f"{folder} holds no non-empty <case id>.txt file")
+    return texts
+
+
 def _variant_score(kb: Diagnoser, cases: list, index, rows: list[dict[str, Any]], fold_of: list[int],
-                   labels: list[str], text_of: Callable[[Any], str]) -> dict[str, Any]:
-    """Out of fold, every report answered as `text_of` brings it, by rankers fitted on the reports as written
-    (the training rows are unchanged; only the answered rows change)."""
+                   labels: list[str], text_of: Callable[[Any], str], only: Sequence[int] | None = None
+                   ) -> tuple[dict[str, Any], dict[int, tuple[str, bool]]]:
+    """Out of fold, every report (or those at `only`) answered as `text_of` brings it, by rankers fitted on the
+    reports as written (the training rows are unchanged; only the answered rows change): the score and the
+    answers."""
     from kb.diagnose import learned
 
-    brought = _case_views(kb, cases, index, text_of)
+    at = list(range(len(cases))) if only is None else list(only)
+    brought = _case_views(kb, cases, index, text_of, only=None if only is None else at)
     both, n = rows + brought, len(rows)
+    where = {j: n + k for k, j in enumerate(at)}  # a case's row among the brought ones
     preds: dict[int, tuple[str, bool]] = {}
     for f in sorted(set(fold_of)):
-        test = [j for j, x in enumerate(fold_of) if x == f]
+        test = [j for j in at if fold_of[j] == f]
+        if not test:
+            continue
         train = [j for j, x in enumerate(fold_of) if x != f]
-        _, p = _fit_predict(both, train, [n + j for j in test], labels)
-        preds.update({j: (p[n + j][0], p[n + j][0] == learned.OUT_OF_SCOPE) for j in test})
-    return _score(rows, preds)
+        _, p = _fit_predict(both, train, [where[j] for j in test], labels)
+        preds.update({j: (p[where[j]][0], p[where[j]][0] == learned.OUT_OF_SCOPE) for j in test})
+    # scored against the case (the brought row carries the same case)
+    return _score(rows, preds), preds
 
 
 def fit_case_ranker(kb: Diagnoser, out: Path | None = None, report: dict[str, Any] | None = None) -> dict[str, Any]:
