@@ -287,8 +287,8 @@ def normalise_value(key: str, value: Any) -> Any:
     if s.kind == "int":
         n = parse_number(value)
         if n is None:
-            b = parse_bool(value)
-            return None if b is None else int(b)
+            # YAML's `true` as a count; a word in a sentence ("a sweep over max_length on pythia") is no number
+            return int(value) if isinstance(value, bool) else None
         return int(n)
     if s.kind == "float":
         n = parse_number(value)
@@ -303,13 +303,21 @@ def normalise_value(key: str, value: Any) -> Any:
             names = [t for t in re.findall(r"[A-Za-z0-9][A-Za-z0-9_./:-]*", text) if re.search(r"[A-Za-z]", t)
                      and re.search(r"[\d/-]", t)]
             text = max(names, key=len) if names else ""
+        elif re.search(r"\s", text):
+            # "- Model: unsloth/Qwen3.5-4B and unsloth/Qwen3.5-9B (both affected)", "Model: `unsloth/gemma-4-26B-A4B-it`
+            # loaded via ...": a hub id among the words; a short name ("Llama 2 7B") stays; a description
+            # ("219.33B-param MoE (Cohere2Moe class), 128 experts, ...") names none
+            words = [w.strip("`'\"()[],;:") for w in text.split()]
+            hub = [w for w in words if re.fullmatch(r"[A-Za-z][\w.-]*/[\w.-]*[A-Za-z0-9]", w)]
+            text = hub[0] if hub else text if len(words) <= 4 and re.match(r"[A-Za-z]", text) else ""
         if not text or re.search(r"\.from_pretrained$|^(?:Auto)?\w*For(?:CausalLM|Conditional\w*|Seq\w*)$", text) \
                 or re.fullmatch(r"(?:get|load|build|create|init|path_to)_[a-z_]+|[a-z_]*_(?:model|path|name|dir)|"
                                 r"model_[a-z_]+|[a-z_]+\.[a-z_.]+|auto|none|null|\W*|"
                                 # a variable (`model = model,`), a preposition ("Base Model on ..."), a type annotation
                                 # (`model_name: str=...`), "[VRAM] After base model load"
                                 r"model|on|in|of|for|with|to|from|and|is|was|the|a|an|as|at|by|which|that|this|it|"
-                                r"str|int|float|bool|loa|load|loaded|loading", text, re.IGNORECASE) \
+                                r"str|int|float|bool|loa|load|loaded|loading|"
+                                r"\d+(?:\.\d+)?[BbMm](?:-?params?)?", text, re.IGNORECASE) \
                 or re.search(r"path[_/ -]?to\b|\byour[_-]|^[<{$]", text, re.IGNORECASE):
             return None  # ... and `get_peft_model`, `model_name`, `args.model_name_or_path` are code, not a model;
             # "auto", "e.g." and "/path/to/mlx/model" name none
@@ -538,7 +546,10 @@ FIX_CUE = re.compile(r"(?:chang(?:e|ed|ing)\b.{0,25}\bto\b|switch(?:ed|ing)? (?:
 WORKED_AFTER = re.compile(r"[^.,;:!?。，；：！？\n]{0,40}?(?:made (?:it|training|the run|the loss|things) (?:work|stable|normal|"
                           r"finite)|fix(?:es|ed) (?:it|this|the (?:issue|problem|nan|loss))|solv(?:es|ed) (?:it|this|the)|"
                           r"works?(?= *(?:fine|now|again|well|normally|[.,;!?]|$))|worked\b|trains? (?:fine|normally)|"
-                          r"(?:is|was) fine|恢复正常|就正常|才正常|后正常|正常了|就好了|解决了|没问题了)", re.IGNORECASE)
+                          r"(?:is|was) fine|恢复正常|就正常|才正常|后正常|正常了|就好了|解决了|没问题了|"
+                          # "将max_length改为4096时loss正常", "lr=1e-6 可稳定收敛", "converges stably with lr=1e-6"
+                          r"时(?:loss|损失)?(?:就|也)?正常|(?:可以?|能|就)?稳定收敛|收敛正常|正常收敛|"
+                          r"converges? (?:stably|fine|normally))", re.IGNORECASE)
 
 
 def said_as_fix(s: str, start: int, end: int) -> bool:

@@ -1500,6 +1500,26 @@ def test_raw_thread_openings_sixth_round(text, key, value):
     ("With `if self.optimizer is not None and self.fp16_enabled():`, a BF16 optimizer will not execute it",
      "optim", None),
     ("optimizer: adamw_torch", "optim", "adamw_torch"),
+    # Unsloth's issue form lists "TRL = 0.21.0": a version, not the `trl` command line
+    ("Torch = 2.6.0+cu124\nUnsloth = 2025.8.5\nTRL = 0.21.0", "framework", "unsloth"),
+    ("TRL = 0.21.0", "trl_version", "0.21.0"),
+    ("trl sft --model_name_or_path Qwen/Qwen2-0.5B --dataset_name x", "framework", "trl"),
+    # a count read from a word: "on" is no max_length
+    ("the reporter shared a runnable sweep over max_length on pythia-160m.", "max_length", None),
+    ("max_length: 2048", "max_length", 2048),
+    # what worked, not the run's setting
+    ("但是将max_length改为4096时loss正常", "max_length", None),
+    ("按默认超参（5e-5）训练后策略坍塌，lr=1e-6 可稳定收敛。", "learning_rate", None),
+    ("按默认超参（5e-5）训练后策略坍塌，lr=1e-6 可稳定收敛。", "fix_changes", ["learning_rate=1e-06"]),
+    ("max_length 2048 时 loss 为 0", "max_length", 2048),
+    # an issue form's "Model:" line: the hub id among the words, or none
+    ("  - Model: unsloth/Qwen3.5-4B and unsloth/Qwen3.5-9B (both affected)", "model", "unsloth/Qwen3.5-4B"),
+    ("- Model: `unsloth/gemma-4-26B-A4B-it` loaded via `FastModel.from_pretrained` (bf16, no quantization)", "model",
+     "unsloth/gemma-4-26B-A4B-it"),
+    ("- Model: 219.33B-param MoE (Cohere2Moe class), 128 experts, top-8 routing", "model", None),
+    ("model: Llama 2 7B", "model", "Llama 2 7B"),
+    ("(bf16, no quantization, `full_finetuning=False`)", "finetuning_type", None),
+    ("full_finetuning=True", "finetuning_type", "full"),
 ])
 def test_raw_thread_openings_seventh_round(text, key, value):
     assert values(text).get(key) == value

@@ -564,6 +564,8 @@ def command(n: int, cmd: str, facts: Facts, source: str, shell: dict[str, tuple[
         k, _, v = toks.pop(0).partition("=")
         env[k] = v
     del toks[:_unwrap(toks)]
+    if len(toks) >= 2 and toks[1] in ("=", "==", ":", "："):
+        return  # "TRL = 0.21.0" in an issue form's version list: a name and its value, not the `trl` command
     _launch_devices(env, facts, n, detail, source)
     m = re.search(r"--include[ =]['\"]?[\w.\-]+:(\d+(?:,\d+)*)['\"]?(?:\s|$)", cmd) if "--include" in cmd else None
     if m and "num_gpus" not in facts:  # `deepspeed --include localhost:1,2,3`: one host, three devices

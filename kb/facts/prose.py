@@ -451,7 +451,8 @@ _LORA = re.compile(r"(?<![A-Za-z0-9_])q?lora(?![A-Za-z0-9_])|(?<![A-Za-z0-9_])(?
 # A full fine-tune named in words: "全参数微调", "全量微调", "full-parameter fine-tuning", "full finetuning",
 # Unsloth's `full_finetuning=True`.
 _FULL_FT = re.compile(r"全参数?(?:微调|训练|sft|\b)|全量(?:参数)?(?:微调|训练|sft)|full[- _]?(?:param(?:eter)?s?[- _]?)?"
-                      r"(?:fine[- _]?tun\w*|finetun\w*|sft\b)|full[- ]param(?:eter)?s?(?![A-Za-z0-9_])|"
+                      r"(?:fine[- _]?tun\w*|finetun\w*|sft\b)(?!\w)(?![`'\"]?[ \t]*[:=][ \t]*[`'\"]?(?:false|0|no)\b)|"
+                      r"full[- ]param(?:eter)?s?(?![A-Za-z0-9_])|"
                       r"full_finetuning\s*=\s*true", re.IGNORECASE)
 # Words after a setting, in its clause, that say that run trained, beyond what says it fixed a run (WORKED_AFTER):
 # "with LoRA trained normally", "LoRA runs of the same models trained.", "LoRA 微调正常", "were not affected".
