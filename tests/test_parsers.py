@@ -1520,6 +1520,14 @@ def test_raw_thread_openings_sixth_round(text, key, value):
     ("model: Llama 2 7B", "model", "Llama 2 7B"),
     ("(bf16, no quantization, `full_finetuning=False`)", "finetuning_type", None),
     ("full_finetuning=True", "finetuning_type", "full"),
+    # a training loss that falls and climbs back; zero gradients said in words
+    ("During the training, the loss first drops and then rises", "symptom", ["collapse"]),
+    ("训练loss先下降后上升", "symptom", ["collapse"]),
+    ("eval loss first decreases and then increases", "symptom", None),  # overfitting
+    ("验证集loss先降后升", "symptom", None),
+    ("the fused-loss kernel produces zero gradients with a last-assistant-only label mask", "symptom", ["zero_grad"]),
+    ("the gradients are all zero", "symptom", ["zero_grad"]),
+    ("zero gradient accumulation steps", "symptom", None),
 ])
 def test_raw_thread_openings_seventh_round(text, key, value):
     assert values(text).get(key) == value

@@ -300,6 +300,13 @@ _SYMPTOM = (
      "huge"),
     # A loss or gradient norm that climbs instead of falling: "loss 不降反升", "grad_norm 越来越大", "the gradient
     # norm keeps growing", "abnormally high grad_norm".
+    # A training loss that falls and then climbs back: "the loss first drops and then rises", "loss先降后升" (not an
+    # evaluation loss: that is overfitting)
+    (re.compile(r"(?<!eval )(?<!eval_)(?<!validation )(?<!val )(?<!val_)(?<!test )(?<!验证)(?<!验证集)(?<!测试)"
+                r"(?:(?<![A-Za-z0-9_])loss|损失)[^.;。，,\n]{0,12}?(?:先\s*(?:下降|降低|降|减小|减少)\s*(?:后|再|然后)\s*(?:上升|升高|升|增大|增加|涨)|"
+                r"(?:first\s+)?(?:drops?|dropped|decreas(?:es|ed)|falls?|fell|goes\s+down|went\s+down),?\s+(?:and\s+)?then\s+"
+                r"(?:rises?|rose|increas(?:es|ed)|goes\s+up|went\s+up|climbs?|climbed|shoots?\s+up|shot\s+up))",
+                re.IGNORECASE), "collapse"),
     (re.compile(r"不降反升|(?:loss|损失|grad_norm|梯度)[^。，,;；\n]{0,12}?越来越(?:大|高)|(?:loss|grad(?:ient)?[_ ]norm)"
                 r"[^.;\n]{0,30}?(?:keeps? (?:growing|rising|increasing|climbing)|(?:rose|rises|grew|grows|climb(?:s|ed)?)"
                 r" (?:abnormally|steadily|without bound))|abnormally (?:high|large) (?:loss|grad(?:ient)?[_ ]norm)|"
@@ -312,6 +319,10 @@ _SYMPTOM = (
     (_ROLLOUT_MISMATCH, "rollout_mismatch"),
     # Advantages that are all zero give the policy no gradient ("gives all-zero advantages, so the policy gets no
     # learning signal", "优势全为 0"): the zero gradient of an RL run.
+    # "the kernel produces zero gradients", "the gradients are all zero" (not "zero gradient accumulation steps")
+    (re.compile(r"\b(?:produces?|produced|producing|gets?|got|getting|yields?|yielded|gives?|gave|returns?|returned|"
+                r"all[- ]|with|has|have|had)\s+zero grad(?:ient)?s\b|\bgrad(?:ient)?s\s+(?:are|is|were|was|become|became|"
+                r"stay|stayed|remain(?:ed)?)\s+(?:all\s+|always\s+)?(?:0|zero)(?![\w.])", re.IGNORECASE), "zero_grad"),
     (re.compile(r"all[- ]zero advantages?|zero advantages? (?:for|on|across) (?:all|every)|advantages? (?:are|is|were|was|"
                 r"became|become|stay|stayed|remain(?:ed)?) (?:all |always )?(?:0|zero)(?![\w.])|"
                 r"优势(?:值)?\s*(?:全|都|全部|一直)(?:是|为)\s*0(?![\d.])", re.IGNORECASE), "zero_grad"),
