@@ -1528,6 +1528,14 @@ def test_raw_thread_openings_sixth_round(text, key, value):
     ("the fused-loss kernel produces zero gradients with a last-assistant-only label mask", "symptom", ["zero_grad"]),
     ("the gradients are all zero", "symptom", ["zero_grad"]),
     ("zero gradient accumulation steps", "symptom", None),
+    # from a second draw of openings (English), whose first reading left these in-scope titles without a symptom
+    ("[Question] The loss first normal, but suddenly become 0", "zero_metrics", ["loss"]),
+    ("[Question] lora finetune loss=0.00", "zero_metrics", ["loss"]),
+    ("loss=0.05", "symptom", None),
+    ("Zero Training Loss while finetuning a mistral model for summarization", "symptom", ["zero_loss"]),
+    ("[BUG] Gradient norm abnormally increases when training with ZeRO-0", "symptom", ["collapse"]),
+    ("Abnormal loss rises during finetune_task_lora.sh", "symptom", ["collapse"]),
+    ("loss 正常，但是突然变成 nan", "nan_metrics", ["loss"]),
 ])
 def test_raw_thread_openings_seventh_round(text, key, value):
     assert values(text).get(key) == value

@@ -95,7 +95,7 @@ _PROSE_METRIC_ZH = re.compile(r"(?P<m>梯度范数|梯度模长|梯度|损失值
 # with its "then" and go straight to the value (another metric or a negation there is no such clause).
 _PROSE_METRIC_THEN = re.compile(
     r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r"|损失|梯度范数)(?P<gap>[^\n,，。.;；]{0,40}?)[，,][ \t]{0,3}"
-    r"(?:然后|随后|之后|后来|最后|最终|接着|and then|but then|then)[ \t]{0,3}(?:突然|很快|迅速|直接|就|又|(?:suddenly|quickly|"
+    r"(?:然后|随后|之后|后来|最后|最终|接着|但是?|可是|却|and then|but then|then|but)[ \t]{0,3}(?:突然|很快|迅速|直接|就|又|(?:suddenly|quickly|"
     r"immediately|eventually)[ \t]{1,3})?(?:变成了?|变为|降至|降到|降为|掉到|跌到|归|为|(?:goes|went|drops?|dropped|falls?|"
     r"fell)[ \t]{1,3}to[ \t]{1,3}|becomes?[ \t]{1,3}|became[ \t]{1,3}|turn(?:s|ed)?[ \t]{1,3}(?:in)?to[ \t]{1,3})[ \t]{0,3}"
     r"(?P<v>" + _BAD_VALUE + r")(?![A-Za-z0-9_.])", re.IGNORECASE)
@@ -271,8 +271,8 @@ _SYMPTOM = (
     # "finite loss, non-finite grad norm", "the total norm ... is non-finite" (not `error_if_nonfinite`)
     (re.compile(r"(?<![\w-])non[- ]finite(?![\w-])|\bnot finite\b", re.IGNORECASE), "nan"),
     (re.compile(r"(?<![A-Za-z0-9_])(?:inf|Inf|infinity)(?![A-Za-z0-9_])|无穷"), "inf"),
-    (re.compile(r"loss\W{0,3}(?:一直|都|总)?(?:是|为|变为|变成|=|:)?\s*0(?![\d.])|loss (?:is|becomes|became|will be|"
-                r"goes to|drops to|of) (?:0(?!\.?\d)|zero\b)|zero loss|(?:loss|损失)[^。，,;；\n]{0,12}?(?:为|变为|变成|降为|降到|"
+    (re.compile(r"loss\W{0,3}(?:一直|都|总)?(?:是|为|变为|变成|=|:)?\s*0(?:\.0+)?(?![\d.])|loss (?:is|becomes|became|will be|"
+                r"goes to|drops to|of) (?:0(?!\.?\d)|zero\b)|zero (?:train(?:ing)?[ -])?loss|(?:loss|损失)[^。，,;；\n]{0,12}?(?:为|变为|变成|降为|降到|"
                 r"掉到|跌到|归零|全是|全为|都是)\s*0(?![\d.])|(?:loss|损失)[^。，,;；\n]{0,6}归零|"
                 # "GKDTrainer reports 0 loss", "gives a 0.0 training loss"
                 r"\b(?:reports?|reported|gives?|gave|shows?|showed|logs?|logged|gets?|got|getting|returns?|returned)\s+"
@@ -309,7 +309,10 @@ _SYMPTOM = (
                 re.IGNORECASE), "collapse"),
     (re.compile(r"不降反升|(?:loss|损失|grad_norm|梯度)[^。，,;；\n]{0,12}?越来越(?:大|高)|(?:loss|grad(?:ient)?[_ ]norm)"
                 r"[^.;\n]{0,30}?(?:keeps? (?:growing|rising|increasing|climbing)|(?:rose|rises|grew|grows|climb(?:s|ed)?)"
-                r" (?:abnormally|steadily|without bound))|abnormally (?:high|large) (?:loss|grad(?:ient)?[_ ]norm)|"
+                r" (?:abnormally|steadily|without bound)|abnormally (?:increas(?:es|ed)|grows|grew|rises|rose|climb(?:s|ed)))|"
+                r"abnormally (?:high|large) (?:loss|grad(?:ient)?[_ ]norm)|"
+                # "Abnormal loss rises during finetune_task_lora.sh"
+                r"abnormal (?:loss|grad(?:ient)?[_ ]norm) (?:rises|rose|increas(?:es|ed)|spikes?|jump(?:s|ed)?)|"
                 # "the GKD loss and gradient norm become unexpectedly large", "the loss grew abnormally large"
                 r"(?:loss|grad(?:ient)?[_ ]norm)[^.;\n]{0,30}?(?:becomes?|became|grows?|grew|gets?|got) (?:unexpectedly|"
                 r"abnormally|extremely|absurdly) (?:large|big|high|huge)",
