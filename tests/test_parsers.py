@@ -1536,6 +1536,8 @@ def test_raw_thread_openings_sixth_round(text, key, value):
     ("[BUG] Gradient norm abnormally increases when training with ZeRO-0", "symptom", ["collapse"]),
     ("Abnormal loss rises during finetune_task_lora.sh", "symptom", ["collapse"]),
     ("loss 正常，但是突然变成 nan", "nan_metrics", ["loss"]),
+    ("Getting inf loss followed by 0.0 loss and nan", "symptom", ["inf", "nan", "zero_loss"]),
+    ("Distillation loss produces NaNs", "nan_metrics", ["loss"]),
 ])
 def test_raw_thread_openings_seventh_round(text, key, value):
     assert values(text).get(key) == value

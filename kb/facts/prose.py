@@ -132,6 +132,7 @@ _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes?(?
                      r"(?:came|comes?|turned|turns?) out|"  # "the evaluation loss came out NaN"
                      r"(?:jump(?:s|ed)?|shoots?|shot|spike[sd]?|explode[sd]?|blows? up|blew up)\s+(?:up\s+)?to|"  # "jumps to NaN"
                      r"reach(?:es|ed)?|hits?|"  # "Loss Reaches NaN"
+                     r"(?:produc|yield|return|giv)(?:es?|ed|ing|s)|gave|"  # "Distillation loss produces NaNs"
                      r"变成|为|是|出现|会|就|直接|也|and [\w/]+ (?:will be|are|were|become)|一直为|一直是|"
                      r"显示(?:为|是)?|归|持续|"  # "梯度范数(grad_norm)显示为NaN", "Loss值归零", "梯度范数持续显示为NaN"
                      r"全程|始终|全部|全都|全为|全是|均|"
@@ -275,8 +276,8 @@ _SYMPTOM = (
                 r"goes to|drops to|of) (?:0(?!\.?\d)|zero\b)|zero (?:train(?:ing)?[ -])?loss|(?:loss|损失)[^。，,;；\n]{0,12}?(?:为|变为|变成|降为|降到|"
                 r"掉到|跌到|归零|全是|全为|都是)\s*0(?![\d.])|(?:loss|损失)[^。，,;；\n]{0,6}归零|"
                 # "GKDTrainer reports 0 loss", "gives a 0.0 training loss"
-                r"\b(?:reports?|reported|gives?|gave|shows?|showed|logs?|logged|gets?|got|getting|returns?|returned)\s+"
-                r"(?:a\s+)?0(?:\.0+)?\s+(?:train(?:ing)?\s+)?loss\b|"
+                r"\b(?:reports?|reported|gives?|gave|shows?|showed|logs?|logged|gets?|got|getting|returns?|returned|"
+                r"followed by|then)\s+(?:a\s+)?0(?:\.0+)?\s+(?:train(?:ing)?\s+)?loss\b|"  # "inf loss followed by 0.0 loss"
                 # a title "[GKD] 0 loss" (not "epoch 0 loss: 2.3", "rank 0 loss nan")
                 r"^[ \t]{0,3}(?:\[[^\]\n]{1,30}\][ \t]{0,3}){0,3}0(?:\.0+)? (?:train(?:ing)? )?loss[ \t]*$|"
                 # "loss normal at first, then suddenly 0", "loss starts ~7-11, then 0.000000 from step 4"
