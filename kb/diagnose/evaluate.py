@@ -461,11 +461,11 @@ def cross_validate(kb: Diagnoser, folds: int = 5, draws: int = 10, texts: dict[s
     reports as written; the same cases as written are scored beside it."""
     from kb.canonical import canonical_framework
 
-    cases, index, rows, labels = _case_base(kb, min_cases=2 * folds)
-    if texts:
-        unknown = sorted(set(texts) - {c.id for c in cases})
+    if texts:  # before the case views are computed (a minute on the whole case base)
+        unknown = sorted(set(texts) - {c.id for c in kb.cases})
         if unknown:
             raise NotFound(f"no case with id {', '.join(unknown[:5])}" + (" ..." if len(unknown) > 5 else ""))
+    cases, index, rows, labels = _case_base(kb, min_cases=2 * folds)
     out: dict[str, Any] = {"cases": len(cases), "threads": len({c.thread for c in cases}), "folds": folds}
     schemes = {
         "grouped by thread": _folds([c.thread for c in cases], folds),
