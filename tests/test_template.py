@@ -55,12 +55,23 @@ Write your system info like CUDA version/system/GPU/torch version here(在这里
 Add any other context about the problem here(在这里补充其他信息)
 """
 
+PR_TEMPLATE = """# What does this PR do?
+
+Fixes # (issue)
+
+## Before submitting
+- [ ] Did you read the contributor guideline?
+
+## Who can review?
+@ArthurZucker @younesbelkada
+"""
+
 OWN = """DPO with --fp16 on 8 GPUs: loss becomes nan at step 300, grad_norm inf just before
 {'loss': nan, 'grad_norm': nan, 'learning_rate': 4.9e-07, 'epoch': 0.31}"""
 
 
-@pytest.mark.parametrize("form", [ISSUE_FORM, TRANSFORMERS_ENV, COLLECT_ENV, SWIFT_FORM],
-                         ids=["llamafactory-form", "transformers-env", "collect-env", "ms-swift-form"])
+@pytest.mark.parametrize("form", [ISSUE_FORM, TRANSFORMERS_ENV, COLLECT_ENV, SWIFT_FORM, PR_TEMPLATE],
+                         ids=["llamafactory-form", "transformers-env", "collect-env", "ms-swift-form", "pr-template"])
 def test_a_forms_scaffolding_and_environment_dump_leave_only_the_reporters_words(form):
     assert narrative(form + OWN).strip() == OWN
     assert narrative(OWN + "\n" + form).strip() == OWN

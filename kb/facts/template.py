@@ -31,6 +31,9 @@ _SECTION_NAMES = (
     "other", "additional context", "additional information", "screenshots", "describe the bug", "bug description",
     "description", "motivation", "your contribution", "logs", "log", "versions", "version",
     "system info (please complete the following information)",
+    # a pull request's template: "# What does this PR do?", "## Before submitting", "Who can review?"
+    "what does this pr do", "what does this pr do?", "before submitting", "who can review", "who can review?",
+    "related issue", "related issues", "motivation and context", "type of change", "test plan",
     "问题描述", "复现", "复现过程", "复现步骤", "环境", "运行环境", "环境信息", "系统信息", "期望行为", "预期行为",
     "其他", "其他信息", "补充信息", "报错信息", "日志", "描述", "bug描述",
 )
@@ -41,6 +44,7 @@ _INSTRUCTION = re.compile(
     r"behavior|please (?:provide|share|include|describe|paste|complete)|if applicable, add screenshots|"
     r"add any other context about the problem|copy-and-paste the text below|the official example scripts|"
     r"my own modified scripts|an officially supported task|my own task or dataset|write your system info|"
+    r"fixes # \(issue\)|"  # a pull request template's line left unfilled
     r"\(?描述bug以及复现过程|请(?:提供|描述|填写|粘贴))", re.IGNORECASE)
 # An environment line: "key: value" whose short key names the machine or a package's version ("Platform:
 # Linux-5.15", "GPU type: NVIDIA A800", "- `transformers` version: 4.46.1", "Accelerate version: 0.34.2").
