@@ -175,4 +175,8 @@ def paste_lang(text: str) -> str:
     or log (which outweighs it in letters) is a Chinese report. Lines with a fair share of CJK are the prose; a few
     CJK characters inside machine output (a file path, a dataset name) are not."""
     prose = sum(len(m) for line in text.splitlines() if cjk_ratio(line) > 0.2 for m in _CJK_RUN.findall(line))
-    return "zh" if prose >= 6 else detect_lang(text)
+    # a link's letters are nobody's words: "微调过程中loss=nan" above a screenshot's long URL is a Chinese report
+    return "zh" if prose >= 6 else detect_lang(_URL.sub(" ", text) if "://" in text else text)
+
+
+_URL = re.compile(r"https?://[^\s)\]>\"']{1,2000}")

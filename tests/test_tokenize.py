@@ -39,3 +39,7 @@ def test_paste_lang_is_the_language_of_the_reporters_own_words():
     assert detect_lang(paste) == "en" and paste_lang(paste) == "zh"  # the traceback outweighs it in letters
     assert paste_lang("loading /data/中文数据/train.json\n{'loss': nan, 'grad_norm': nan, 'epoch': 0.1}") == "en"
     assert paste_lang("DPO NLL loss nan") == "en" and paste_lang("DPO 训练时 nll loss 变成 nan") == "zh"
+    # a thread's opening: a short Chinese title above a screenshot whose URL has far more letters
+    shot = "![image](https://user-images.githubusercontent.com/16174341/225230965-b3cb1226-7dfe-463c-b236-8e2dafc1e26e.png)"
+    assert paste_lang("微调过程中loss=nan\n" + shot) == "zh"
+    assert paste_lang("loss is nan after step 3\n" + shot) == "en"
