@@ -1538,6 +1538,12 @@ def test_raw_thread_openings_sixth_round(text, key, value):
     ("loss 正常，但是突然变成 nan", "nan_metrics", ["loss"]),
     ("Getting inf loss followed by 0.0 loss and nan", "symptom", ["inf", "nan", "zero_loss"]),
     ("Distillation loss produces NaNs", "nan_metrics", ["loss"]),
+    # from a fourth draw (in scope and out of scope): false metrics
+    ("Reset loss to zero on logging in Trainer to avoid bfloat16 issues", "zero_metrics", None),
+    ("the loss goes to zero", "zero_metrics", ["loss"]),
+    ("(no dataset completions → `num_items = 0` → loss `= sum/0 = NaN`, poisoning the model)", "nan_metrics", None),
+    ("pg_loss和adv/mean接近0", "zero_metrics", None),  # near 0, and "adv/mean接近" is no metric
+    ("loss和grad_norm都是0", "zero_metrics", ["loss"]),
 ])
 def test_raw_thread_openings_seventh_round(text, key, value):
     assert values(text).get(key) == value

@@ -38,6 +38,7 @@ _METRIC_WORD = re.compile(r"loss|norm|reward|(?<![a-z])(?:kl|lr|ppl)(?![a-z])|ac
                           r"entropy|score|learning_rate|perplexity|advantage|ratio|clip|value|returns?\b|step|epoch|"
                           r"iter(?:ation)?s?(?![a-z])", re.IGNORECASE)
 _DEVICES = {"cuda", "npu", "xpu", "mps", "cpu", "hpu"}  # "device='cuda:0'" is no metric
+_DIVISION = re.compile(r"/\d+$")
 _STEP_KEYS = {"step", "global_step", "steps", "iter", "iteration", "train/global_step", "training/global_step",
               "global_steps", "update", "timestep", "updates", "num_updates", "counters/updates", "trainer/global_step",
               "train/step"}  # fairseq's num_updates, the reference DPO trainer's counters/updates
@@ -196,7 +197,9 @@ def parse_metric_records(lines: list[tuple[int, str]]) -> list[Record]:
         else:
             header = None
         joined = _TWO_WORDS.sub(_two_words, s)
-        pairs = [(m.group("k").lower(), m.group("v")) for m in _PAIR.finditer(joined) if m.group("k").lower() not in _DEVICES]
+        # "loss `= sum/0 = NaN`" in a sentence: a division, no metric named "sum/0"
+        pairs = [(m.group("k").lower(), m.group("v")) for m in _PAIR.finditer(joined)
+                 if m.group("k").lower() not in _DEVICES and not _DIVISION.search(m.group("k"))]
         loose = not pairs
         if loose:
             pairs = [(m.group("k").lower(), m.group("v")) for m in _LOOSE_PAIR.finditer(joined)

@@ -140,7 +140,8 @@ _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes?(?
                      r"(?:keeps? |kept )?(?:coming|comes?|came) back(?: as)?|"  # "eval loss keeps coming back as `nan`"
                      # "loss 和 grad_norm 一直为 0", "loss、grad_norm 都是 nan", "loss and grad_norm are 0"
                      # "the loss and the grad norm stay at 0": a two-word metric after the conjunction
-                     r"(?:和|与|及|跟|、|&|and|as well as)\s*(?:the\s+)?(?:grad(?:ient)?\s+norms?|[A-Za-z_][\w/]*)|"
+                     # (the second name in ASCII: "pg_loss和adv/mean接近0" is no "adv/mean接近" at 0)
+                     r"(?:和|与|及|跟|、|&|and|as well as)\s*(?:the\s+)?(?:grad(?:ient)?\s+norms?|[A-Za-z_][A-Za-z0-9_/]*)|"
                      # "the training loss and the eval loss are nan"
                      r"(?:and|as well as) the (?:eval\w*|validation|val|train\w*|test) [A-Za-z_][\w/]*|"
                      r"[\w/]+ (?:will be|are|were)))*\s*(?:a |an )?$", re.IGNORECASE)
@@ -987,6 +988,8 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     _adapter_of_run(adapters, full, facts, source)
 
 
+_SET_TO = re.compile(r"\b(?:re)?(?:set|sets|setting|initiali[sz]e[sd]?|initiali[sz]ing|clamp(?:s|ed|ing)?|clip(?:s|ped|ping)?|"
+                     r"fill(?:s|ed|ing)?|zero(?:es|ed|ing)? out)\s+(?:the\s+)?(?:[\w/]+\s+)?$", re.IGNORECASE)
 _COEFFICIENT_BEFORE = re.compile(r"(?:weight|coef\w*|alpha|beta|lambda|scale)_\w*$", re.IGNORECASE)
 # An indented assignment, or one to a compound name, of 0 in a pasted script (the name's shape is checked in
 # _zero_init: one character class here keeps the pattern linear).
@@ -1148,6 +1151,8 @@ _GRAD_BEFORE = re.compile(r"(?<![A-Za-z])grad(?:ient)?s?[ _-]*$", re.IGNORECASE)
 def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: str, start: int = -1) -> None:
     if start > 0 and _when_it_happens(s, start):
         return  # "stop training when the loss is NaN", "what happens if the loss becomes 0?": no run reported it
+    if start > 0 and _SET_TO.search(s, max(0, start - 24), start):
+        return  # "Reset loss to zero on logging": code that sets the value, not a run that reached it
     name = name.strip("/").lower()
     if name == "entropy" and start > 0 and re.search(r"cross[- _]?$", s[max(0, start - 6):start], re.IGNORECASE):
         name = "loss"  # "the perplexity and cross-entropy become NaN": the training loss, not a policy's entropy
