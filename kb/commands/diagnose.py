@@ -57,24 +57,17 @@ def answers(pairs: list[str]) -> dict[str, str]:
 
 def read_input(path: str) -> str:
     """A file or stdin as text; the size caps and binary check happen at the fact layer's boundary."""
-    from kb.facts import check_text
+    from kb.facts import check_text, read_text_file
     from kb.settings import limits
 
-    max_bytes = limits().diagnose_max_bytes
     if path == "-":
-        data = sys.stdin.buffer.read(10 * max_bytes + 1)
-    else:
-        p = Path(path)
-        if p.is_dir():
-            raise InputError(f"{path} is a directory; give a log, config or text file (or '-' for stdin)")
-        if not p.is_file():
-            raise InputError(f"no such file: {path}")
-        try:
-            with p.open("rb") as fh:
-                data = fh.read(10 * max_bytes + 1)
-        except OSError as e:
-            raise InputError(f"cannot read {path}: {e.strerror}") from None
-    return check_text(data, path)
+        return check_text(sys.stdin.buffer.read(10 * limits().diagnose_max_bytes + 1), path)
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{path} is a directory; give a log, config or text file (or '-' for stdin)")
+    if not p.is_file():
+        raise InputError(f"no such file: {path}")
+    return read_text_file(path)
 
 
 def run(args) -> int:

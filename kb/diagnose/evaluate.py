@@ -601,21 +601,14 @@ _TEXT_NOTE = re.compile(r"#\s*(?:https?://\S+|PARTIAL)\s*")
 def load_case_texts(folder: str | Path) -> dict[str, str]:
     """`<case id>.txt` files of a folder -> {case id: text}, each checked as `kb diagnose` checks a paste (size,
     binary, encoding); leading note lines (a source URL, `#PARTIAL`) are left out."""
-    from kb.facts import check_text
-    from kb.settings import limits
+    from kb.facts import read_text_file
 
     root = Path(folder)
     if not root.is_dir():
         raise InputError(f"--texts takes a folder of <case id>.txt files; {folder} is not a folder")
-    max_bytes = limits().diagnose_max_bytes
     texts: dict[str, str] = {}
     for p in sorted(root.glob("*.txt")):
-        try:
-            with p.open("rb") as fh:
-                data = fh.read(10 * max_bytes + 1)
-        except OSError as e:
-            raise InputError(f"cannot read {p}: {e.strerror}") from None
-        lines = check_text(data, str(p)).splitlines()
+        lines = read_text_file(p).splitlines()
         while lines and (not lines[0].strip() or _TEXT_NOTE.fullmatch(lines[0].strip())):
             lines.pop(0)
         if lines:

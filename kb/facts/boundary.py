@@ -9,6 +9,7 @@ are settled at this boundary, so the extractors behind it only ever see bounded,
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from kb.errors import InputError, InputTooLarge
 from kb.settings import Limits, limits
@@ -82,6 +83,17 @@ def check_text(text: str | bytes, name: str = "input", max_bytes: int | None = N
     if not allow_empty and not text.strip():
         raise InputError(f"{name} is empty")
     return text
+
+
+def read_text_file(path: str | Path) -> str:
+    """A text file read through `check_text`: at most one byte past the size cap is read, so a huge file is refused
+    without being loaded; a file that cannot be read is an InputError naming it."""
+    try:
+        with Path(path).open("rb") as fh:
+            data = fh.read(10 * limits().diagnose_max_bytes + 1)
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror}") from None
+    return check_text(data, str(path))
 
 
 def too_large(name: str, size: int, cap: int) -> InputTooLarge:
