@@ -783,4 +783,17 @@ QUESTIONS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "completion_only_loss": ("Is the loss computed on completions only?", "是否只在回答部分计算 loss？", ("true", "false")),
     "algorithm": ("Which algorithm (SFT, DPO, KTO, GRPO, ...)?", "用的是什么算法（SFT、DPO、KTO、GRPO……）？", ()),
     "use_peft": ("Do you train LoRA adapters or the full model?", "是 LoRA 还是全参训练？", ("true", "false")),
+    # Asked when kb finds no divergence in a paste and calls it out of scope (kb.diagnose.engine): many first posts
+    # show the metric only in a screenshot. No answer (or "none") leaves that verdict.
+    "symptom": ("Did a training metric (loss, grad_norm, reward) go NaN or inf, drop to exactly 0, or blow up?",
+                "训练指标（loss、grad_norm、reward）是否变成了 NaN / inf、恰好降到 0，或者暴涨发散？",
+                ("nan", "inf", "zero_loss", "collapse", "none")),
+}
+# How an answer to the symptom question may be worded -> the symptom the fact layer reads from a paste (None: no
+# symptom, the out-of-scope verdict stands).
+SYMPTOM_ANSWERS: dict[str, str | None] = {
+    "nan": "nan", "inf": "inf", "infinity": "inf", "zero_loss": "zero_loss", "zero": "zero_loss", "0": "zero_loss",
+    "collapse": "collapse", "spike": "collapse", "diverge": "collapse", "divergence": "collapse",
+    "explode": "collapse", "overflow": "overflow", "zero_grad": "zero_grad", "huge": "huge",
+    "rollout_mismatch": "rollout_mismatch", "none": None, "no": None, "false": None,
 }

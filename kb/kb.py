@@ -475,18 +475,20 @@ class KnowledgeBase:
     # ---------------------------------------------------------------- diagnosis
     def diagnose(self, log: str | None = None, config: str | None = None, question: str | None = None,
                  text: str | None = None, k: int = 3, facts: dict[str, Any] | None = None, mode: str = "full",
-                 exclude: frozenset[str] = frozenset()) -> Diagnosis:
+                 exclude: frozenset[str] = frozenset(), answers: dict[str, Any] | None = None) -> Diagnosis:
         """Diagnose a pasted log / config / command line / question, plus facts handed over as data.
 
         The one entry point of diagnosis: the CLI, `kb eval`, the API, the chat bots and the training callbacks
         all call it. `facts` (`{key: value}` or `{key: (value, detail)}`) come from a running trainer or a run
-        folder and outrank text; `mode` "bm25" / "dense" / "hybrid" ranks by retrieval alone (baselines);
-        `exclude` drops incidents from the candidates (held-out evaluation). See docs/DIAGNOSE.md.
+        folder and outrank text (the rules rank them); `answers` (the same form) are the reporter's answers to the
+        differential questions, and the ranking is redone with them; `mode` "bm25" / "dense" / "hybrid" ranks by
+        retrieval alone (baselines); `exclude` drops incidents from the candidates (held-out evaluation). See
+        docs/DIAGNOSE.md.
         """
         from kb.diagnose.engine import diagnose
 
         return diagnose(self, log=log, config=config, question=question, text=text, k=k, mode=mode,
-                        exclude=exclude, facts=facts)
+                        exclude=exclude, facts=facts, answers=answers)
 
     # ---------------------------------------------------------------- ingest
     def ingest_text(self, text: str, name: str = "<text>", fmt: str | None = None,

@@ -170,6 +170,22 @@ def test_diagnose_json_log_and_config(client):
         assert set(d) >= {"incident_id", "category", "confidence", "title", "evidence", "fix"}
 
 
+def test_diagnose_facts_are_answers_weighed_with_the_paste(client):
+    # The request's "facts" answer the differential questions: the ranking is redone with them, the paste still
+    # read by the learned ranker (an answer the candidates do not depend on leaves the first category).
+    needs("kb.diagnose.engine", "diagnosis")
+    text = ("After upgrading transformers from 4.45 to 4.46, full fine-tuning Llama-3-8B: loss is 0.0 and grad_norm "
+            "nan from the first step. 4.45 was fine.")
+    plain = client.post("/v1/diagnose", json={"question": text}).json()
+    said = client.post("/v1/diagnose", json={"question": text, "facts": {"gpu": "A100"}})
+    assert said.status_code == 200, said.text
+    body = said.json()
+    assert body["diagnoses"][0]["category"] == plain["diagnoses"][0]["category"] == "framework-bug"
+    assert body["facts"]["gpu"]["source"] == "answer"
+    assert_error(client.post("/v1/diagnose", json={"question": text, "facts": {"symptom": "weird"}}), 422,
+                 "invalid_input")
+
+
 def test_diagnose_raw_text_paste(client):
     needs("kb.diagnose.engine", "diagnosis")
     resp = client.post("/v1/diagnose?k=2", content=DPO_LOG.encode(), headers={"content-type": "text/plain"})

@@ -10,6 +10,7 @@ import pytest
 
 from kb import KnowledgeBase
 from kb.cases import load_cases, parse_case, thread_key
+from kb.errors import InputError
 from kb.facts import extract_facts
 
 GOOD = """
@@ -447,7 +448,7 @@ def test_ambiguous_report_asks_the_question_that_separates_and_an_answer_reranks
     assert "sequence_parallel_size" in facts or "sequence_parallel" in facts
     q = next(q for q in d.questions if q.fact.startswith("sequence_parallel"))
     assert "sequence-parallel-label-split" in q.separates
-    answered = real_kb.diagnose(text=text, facts={"sequence_parallel_size": 4})
+    answered = real_kb.diagnose(text=text, answers={"sequence_parallel_size": 4})
     assert answered.diagnoses[0].category == "sequence-parallel-label-split"
     assert answered.diagnoses[0].confidence > next(
         (c.probability for c in d.differential if c.category == "sequence-parallel-label-split"), 0.0)
@@ -455,12 +456,59 @@ def test_ambiguous_report_asks_the_question_that_separates_and_an_answer_reranks
     assert any(any("\u4e00" <= ch <= "\u9fff" for ch in q.question) for q in zh.questions)
     # The other answer rules the mechanism out: sequence parallelism off, no sequence-parallel label split.
     for off in ({"sequence_parallel_size": 1}, {"sequence_parallel": False}):
-        answered = real_kb.diagnose(text=text, facts=off)
+        answered = real_kb.diagnose(text=text, answers=off)
         assert answered.diagnoses[0].category != "sequence-parallel-label-split"
         assert all(c.probability == 0.0 for c in answered.differential
                    if c.category == "sequence-parallel-label-split")
     said = real_kb.diagnose(text="I don't use sequence parallel. " + text)  # said in words: the same
     assert said.diagnoses[0].category != "sequence-parallel-label-split"
+
+
+@pytest.mark.slow
+def test_an_answer_is_weighed_with_the_paste_not_instead_of_it(real_kb):
+    # An answer to a differential question (`kb diagnose --answer`, the API's "facts") is a fact about the run, not
+    # a running trainer's observation: the learned ranker still reads the paste with it. Taken as a trainer's facts,
+    # the rules alone ranked the paste, and any answer, even one the candidates do not depend on, replaced the
+    # ranker's framework-defect answer with a curated mechanism that has no trigger in it.
+    text = ("After upgrading transformers from 4.45 to 4.46, full fine-tuning Llama-3-8B: loss is 0.0 and grad_norm "
+            "nan from the first step. 4.45 was fine.")
+    first = real_kb.diagnose(text=text)
+    assert first.diagnoses[0].category == "framework-bug" and first.route == "framework-defect"
+    assert "framework_version" in [q.fact for q in first.questions]
+    for said in ({"framework_version": "4.46.0"}, {"gpu": "A100"}, {"precision": "bf16"}):
+        answered = real_kb.diagnose(text=text, answers=said)
+        assert answered.diagnoses[0].category == "framework-bug" and answered.route == "framework-defect", said
+        key = next(iter(said))
+        assert answered.facts[key]["source"] == "answer" and "your answer" in answered.facts[key]["detail"]
+    # The answer outranks what the paste's prose says, as a stated setting does; a trainer's facts outrank both.
+    over = real_kb.diagnose(text="fp16 run, loss nan", answers={"precision": "bf16"})
+    assert over.facts["precision"]["value"] == "bf16"
+    both = real_kb.diagnose(text="fp16 run, loss nan", answers={"precision": "bf16"}, facts={"precision": "fp32"})
+    assert both.facts["precision"]["value"] == "fp32"
+
+
+@pytest.mark.slow
+def test_a_paste_that_shows_no_divergence_is_asked_whether_a_metric_went_bad(real_kb):
+    # A first post is often a title above a screenshot: kb reads no bad metric and calls it out of scope, then asks
+    # (the scope question); an answer that names one re-ranks into scope, "none" keeps the verdict and ends asking.
+    text = ("Qwen3 SFT with ZeRO++ (zero_hpz_partition_size 4): after resuming from a checkpoint the training curve "
+            "looks wrong, see screenshot")
+    d = real_kb.diagnose(text=text)
+    assert d.route == "out-of-scope" and [q.fact for q in d.questions] == ["symptom"]
+    assert "out-of-scope" in d.questions[0].separates and "nan" in d.questions[0].options
+    said = real_kb.diagnose(text=text, answers={"symptom": "NaN"})
+    assert said.route != "out-of-scope" and not said.abstained and said.diagnoses
+    assert said.facts["symptom"]["value"] == ["nan"] and said.facts["symptom"]["source"] == "answer"
+    assert real_kb.diagnose(text=text, answers={"symptom": "zero"}).facts["symptom"]["value"] == ["zero_loss"]
+    none = real_kb.diagnose(text=text, answers={"symptom": "none"})
+    assert none.route == "out-of-scope" and none.questions == []
+    with pytest.raises(InputError, match="symptom takes"):
+        real_kb.diagnose(text=text, answers={"symptom": "weird"})
+    zh = real_kb.diagnose(text="微调 ChatGLM3 的 LoRA，loss 曲线很奇怪，见截图")
+    assert zh.route == "out-of-scope" and "训练指标" in zh.questions[0].question
+    # A paste whose own error says what it is (an OOM), or that names a divergence, is not asked.
+    assert real_kb.diagnose(text="CUDA out of memory when training Qwen2-7B with LoRA").questions == []
+    assert all(q.fact != "symptom" for q in real_kb.diagnose(text="DPO NLL loss nan").questions)
 
 
 @pytest.mark.slow

@@ -33,6 +33,23 @@ def test_index_then_ask_json(run):
     assert set(first) >= {"id", "title", "category", "framework", "algorithm", "score", "evidence", "fix", "sources"}
 
 
+def test_an_answer_on_the_command_line_is_weighed_with_the_paste(run):
+    text = ("After upgrading transformers from 4.45 to 4.46, full fine-tuning Llama-3-8B: loss is 0.0 and grad_norm "
+            "nan from the first step. 4.45 was fine.")
+    r = run("diagnose", "--json", "--question", text, "--answer", "framework_version=4.46.0")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["diagnoses"][0]["category"] == "framework-bug" and out["route"] == "framework-defect"
+    assert out["facts"]["framework_version"]["source"] == "answer"
+    bad = run("diagnose", "--question", text, "--answer", "no-equals-sign")
+    assert bad.returncode != 0 and "KEY=VALUE" in bad.stderr and "Traceback" not in bad.stderr
+    bad = run("diagnose", "--question", text, "--answer", "symptom=weird")
+    assert bad.returncode == 2 and "symptom takes" in bad.stderr and "Traceback" not in bad.stderr
+    # The scope question, printed with the command line that answers it.
+    r = run("diagnose", "--question", "LLaMA-Factory LoRA SFT of Qwen2.5-7B: the loss curve looks strange, screenshot")
+    assert r.returncode == 1 and "--answer symptom=" in r.stdout
+
+
 def test_an_unsure_ask_prints_the_questions_that_would_settle_it_and_a_sure_one_does_not(run):
     r = run("ask", "DPO NLL loss nan")
     assert r.returncode == 0, r.stderr

@@ -28,7 +28,8 @@ class DiagnoseRequest(BaseModel):
     config: str | None = Field(default=None, examples=["rlhf_type: dpo\nsequence_parallel_size: 4"])
     question: str | None = Field(default=None, examples=["DPO nll_loss is nan"])
     k: int = Field(default=3, ge=1, le=10)
-    # Answers to the differential questions (or any fact you know): canonical key -> value; they re-rank.
+    # Answers to the differential questions (or any fact you know of the run): canonical key -> value. They outrank
+    # what the paste says, and the ranking is redone with them (by the learned ranker, as for the paste alone).
     facts: dict[str, str | int | float | bool] | None = Field(
         default=None, max_length=32, examples=[{"sequence_parallel_size": 4, "precision": "bf16"}])
 
@@ -81,9 +82,9 @@ async def diagnose(request: Request, settings: SettingsDep, kb: KBDep, metrics: 
     async with admission.slot():
         fields, k = await _read_fields(request, settings, k)
         await ensure_connected(request)  # a client that left while queued gets no work done
-        facts = fields.pop("facts", None)
+        said = fields.pop("facts", None)  # the reporter's answers: the ranking is redone with them
         result = await run_in_threadpool(kb.diagnose, **{k_: v for k_, v in fields.items() if v}, k=k,
-                                         facts=facts or None)
+                                         answers=said or None)
     metrics.diagnoses.labels("abstained" if getattr(result, "abstained", False) else "matched").inc()
     return result
 

@@ -45,7 +45,7 @@ def register(sub) -> None:
 
 
 def answers(pairs: list[str]) -> dict[str, str]:
-    """`--answer precision=bf16 --answer sequence_parallel_size=1` -> facts handed to the diagnosis."""
+    """`--answer precision=bf16 --answer sequence_parallel_size=1` -> the answers handed to the diagnosis."""
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -93,12 +93,13 @@ def _diagnose_here(args):
     log = read_input(args.log) if args.log else None
     log = "\n".join(x for x in (run_log, log) if x) or None
     config = read_input(args.config) if args.config else None
-    given.update(answers(args.answer))
-    if not given and not any(t.strip() for t in [*texts, log or "", config or "", args.question or ""]):
+    said = answers(args.answer)
+    if not given and not said and not any(t.strip() for t in [*texts, log or "", config or "", args.question or ""]):
         raise InputError("empty input: give a log, config or text file, '-' with text on stdin, or --question")
     kb = open_kb(args)
     return kb.diagnose(log=log, config=config, question=args.question, text="\n".join(texts) if texts else None,
-                       k=max(1, min(args.k, 20)), mode=args.mode, facts=given or None)
+                       k=max(1, min(args.k, 20)), mode=args.mode, facts=given or None,
+                       answers=said or None)
 
 
 def _print(args, res) -> int:

@@ -23,7 +23,7 @@ from kb.diagnose.models import Candidate as LabelProbability
 from kb.diagnose.models import Diagnosis, DiagnosisItem, Evidence, Question, SimilarReport, TrackRecord
 from kb.diagnose.signatures import MaskedLines, SignatureHit, match_signatures
 from kb.errors import KBError
-from kb.facts import Fact, Facts, check_text, facts_from_mapping
+from kb.facts import Fact, Facts, answers_as_facts, check_text, facts_from_mapping
 from kb.facts.boundary import too_deep
 from kb.facts.pipeline import DEFAULT as PIPELINE
 from kb.facts.template import narrative
@@ -331,16 +331,20 @@ def rank(kb: Searcher, facts: Facts, lines: list[tuple[str, int, str]], query: s
 
 def diagnose(kb: Searcher, log: str | None = None, config: str | None = None, question: str | None = None,
              text: str | None = None, k: int = 3, mode: str = "full", exclude: frozenset[str] = frozenset(),
-             facts: Mapping[str, Any] | None = None) -> Diagnosis:
+             facts: Mapping[str, Any] | None = None, answers: Mapping[str, Any] | None = None) -> Diagnosis:
     """Diagnose a paste; see docs/DIAGNOSE.md. Raises InputError / InputTooLarge for unusable input.
 
     `facts`: facts handed over as data (a running trainer, a run folder), `{key: value}` or
-    `{key: (value, detail)}`; they outrank anything read from text. `exclude`: incident ids left out of the
-    candidate set (held-out evaluation)."""
+    `{key: (value, detail)}`; they outrank anything read from text, and the rules rank them. `answers`: the
+    reporter's answers to the differential questions, the same form; they outrank the paste's prose and the
+    ranking is redone with them, by the learned ranker when it reads the paste. `exclude`: incident ids left out of
+    the candidate set (held-out evaluation)."""
     inputs = _inputs(log, config, question, text)
-    if not inputs and not facts:
+    if not inputs and not facts and not answers:
         return Diagnosis(abstained=True, reason="empty input: paste a log, config, command line or question")
     given = facts_from_mapping(facts) if facts else Facts()
+    if answers:
+        given.merge(answers_as_facts(answers))
     facts, lines = collect_facts(inputs)
     given.merge(facts)
     facts = given
@@ -493,6 +497,11 @@ def _learned_diagnosis(kb: Searcher, model: tuple[CaseIndex, Ranker], facts: Fac
         out.reason = (f"这不是 NaN / 发散问题{f'：看起来是{named}' if named else ''}（{why}；相似报告 {n} 条）" if zh
                       else f"this is not a NaN / divergence problem{f': it looks like {named}' if named else ''}"
                            f" ({why}; seen in {n} similar reports)")
+        if not view.symptom and not errs and not trainer and not facts.value("no_symptom"):
+            # No bad metric, no divergence word and no out-of-scope error: the paste may just not show it (a title
+            # above a screenshot). Ask; an answer that names one re-ranks (docs/DIAGNOSE.md, "The scope question").
+            in_scope = next((labels[i] for i in order if labels[i] != learned.OUT_OF_SCOPE), None)
+            out.questions = [_question("symptom", lang, [learned.OUT_OF_SCOPE, *([in_scope] if in_scope else [])])]
         return out
     out.scope = "in"
     by_cat: dict[str, Candidate] = {}
@@ -595,12 +604,14 @@ def differential_questions(facts: Facts, candidates: list[str], by_cat: dict[str
         lead = next((k for k in ranked if k in needed), None)
         if lead is not None:
             ranked = [lead] + [k for k in ranked if k != lead]
-    out = []
-    for key in ranked[:limit]:
-        en, zh, options = QUESTIONS[key]
-        out.append(Question(fact=key, question=zh if lang == "zh" else en, options=list(options),
-                            separates=sorted(uses[key])))
-    return out
+    return [_question(key, lang, uses[key]) for key in ranked[:limit]]
+
+
+def _question(key: str, lang: str, separates) -> Question:
+    from kb.canonical import QUESTIONS
+
+    en, zh, options = QUESTIONS[key]
+    return Question(fact=key, question=zh if lang == "zh" else en, options=list(options), separates=sorted(separates))
 
 
 FRAMEWORK_BUG_LABEL = learned.FRAMEWORK_BUG

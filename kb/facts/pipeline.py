@@ -68,24 +68,49 @@ def extract_facts(text: str | bytes, source: str = "text") -> Facts:
     return DEFAULT.extract(text, source)
 
 
-def facts_from_mapping(values: Mapping[str, Any], source: str = "trainer") -> Facts:
-    """Facts handed over as data (a running trainer, a run folder): `{key: value}` or `{key: (value, detail)}`.
+def facts_from_mapping(values: Mapping[str, Any], source: str = "trainer", kind: str = "trainer") -> Facts:
+    """Facts handed over as data: `{key: value}` or `{key: (value, detail)}`.
 
-    Keys go through kb.canonical like any setting; list facts (nan_metrics, errors …) take a list value. Their
-    kind is "trainer", which outranks anything read from text.
+    Keys go through kb.canonical like any setting; list facts (nan_metrics, errors …) take a list value. Kind
+    "trainer" (a running trainer, a run folder) outranks anything read from text; a reporter's answers to the
+    differential questions come as kind "config" from source "answer" (`answers_as_facts`).
     """
     from kb.canonical import canonical
     from kb.facts.model import LIST_FACTS
 
+    said = "your answer" if source == "answer" else "from the running trainer"
     facts = Facts()
     for key, raw in values.items():
         value, detail = raw if isinstance(raw, tuple) and len(raw) == 2 else (raw, "")
-        detail = detail or f"{key} = {value!r} (from the running trainer)"
+        detail = detail or f"{key} = {value!r} ({said})"
         if key in LIST_FACTS:
             for el in value if isinstance(value, (list, tuple, set)) else [value]:
-                facts.add(key, el, "trainer", None, detail, source)
+                facts.add(key, el, kind, None, detail, source)
             continue
         got = canonical(key, value)
         k, v = got if got is not None else (key, value)
-        facts.set(k, v, "trainer", None, detail, source)
+        facts.set(k, v, kind, None, detail, source)
     return facts
+
+
+def answers_as_facts(values: Mapping[str, Any]) -> Facts:
+    """A reporter's answers to the differential questions (`kb diagnose --answer`, the API's `facts`): settings of
+    their run, as sure as a config's (they outrank what the paste's prose says), but not a trainer's observations,
+    so the learned ranker still reads the paste with them (kb.diagnose.engine)."""
+    from kb.canonical import QUESTIONS, SYMPTOM_ANSWERS
+    from kb.errors import InputError
+
+    said = dict(values)
+    if "symptom" in said:  # the answer to the scope question: a word of its options (or "none": no symptom)
+        raw = said.pop("symptom")
+        words = raw if isinstance(raw, (list, tuple, set)) else str(raw).replace(",", " ").split()
+        unknown = [str(w) for w in words if str(w).strip().lower() not in SYMPTOM_ANSWERS]
+        if unknown or not words:
+            raise InputError(f"symptom takes one or more of {', '.join(QUESTIONS['symptom'][2])}; got {str(raw)[:60]!r}")
+        picked = [SYMPTOM_ANSWERS[str(w).strip().lower()] for w in words]
+        picked = list(dict.fromkeys(picked))
+        if any(picked):
+            said["symptom"] = [w for w in picked if w]
+        else:
+            said["no_symptom"] = True  # answered: none (the question is not asked again)
+    return facts_from_mapping(said, source="answer", kind="config")
