@@ -16,6 +16,7 @@ from api.admission import Admission
 from api.chatops import routers as chatops_routers
 from api.chatops.feishu import _TenantToken
 from api.chatops.replay import ReplayCache
+from api.chatops.threads import ThreadMemory
 from api.jobs import JobManager, Runner
 from api.limits import BodyLimitMiddleware
 from api.metrics import Metrics, MetricsMiddleware
@@ -87,6 +88,7 @@ def create_app(settings: Settings | None = None, kb=None, repro_runner: Runner |
     app.state.ready = threading.Event()
     app.state.warm_error = ""
     app.state.replay = ReplayCache(Path(kb.data_dir) / "chatops-replay.sqlite3", settings.replay_cache_rows)
+    app.state.threads = ThreadMemory(Path(kb.data_dir) / "chatops-threads.sqlite3")
     app.state.admission = Admission(settings.max_inflight, settings.max_queued, settings.queue_wait_s,
                                     settings.retry_after_s)
     app.state.ask_admission = Admission(settings.ask_max_inflight, settings.ask_max_queued,

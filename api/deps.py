@@ -13,6 +13,7 @@ from fastapi import Depends, Request
 
 from api.admission import Admission
 from api.chatops.replay import ReplayCache
+from api.chatops.threads import ThreadMemory
 from api.errors import APIError
 from api.jobs import JobManager
 from api.metrics import Metrics
@@ -49,6 +50,10 @@ def get_replay(request: Request) -> ReplayCache:
     return request.app.state.replay
 
 
+def get_threads(request: Request) -> ThreadMemory:
+    return request.app.state.threads
+
+
 def get_http(request: Request) -> httpx.AsyncClient:
     """The app's outgoing HTTP client (chat replies), opened in the lifespan."""
     return request.app.state.http
@@ -65,6 +70,7 @@ MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 AdmissionDep = Annotated[Admission, Depends(get_admission)]
 AskAdmissionDep = Annotated[Admission, Depends(get_ask_admission)]
 ReplayDep = Annotated[ReplayCache, Depends(get_replay)]
+ThreadsDep = Annotated[ThreadMemory, Depends(get_threads)]
 HttpDep = Annotated[httpx.AsyncClient, Depends(get_http)]
 IngestLockDep = Annotated[threading.Lock, Depends(get_ingest_lock)]
 

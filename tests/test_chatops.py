@@ -15,7 +15,7 @@ from test_api import prebuilt_data_dir  # tests/ is on sys.path (pytest's defaul
 
 from api.app import create_app
 from api.chatops import dingtalk, feishu, slack
-from api.chatops.common import Unauthenticated
+from api.chatops.common import Unauthenticated, parse_answers
 from api.chatops.formatting import (
     Item,
     Message,
@@ -25,6 +25,7 @@ from api.chatops.formatting import (
     to_slack,
     to_text,
 )
+from api.chatops.threads import ThreadMemory
 from api.loopback import LoopbackServer
 from api.settings import Settings
 
@@ -535,3 +536,84 @@ def test_url_normalisation(url, expected):
     from api.settings import normalise_url
 
     assert normalise_url(url) == expected
+
+
+# ---------------------------------------------------------------- answers in a thread
+THREAD_PASTE = ("Qwen3 SFT with ZeRO++ (zero_hpz_partition_size 4): after resuming from a checkpoint the training "
+                "curve looks wrong, see screenshot")
+
+
+def test_a_message_of_answers_only_is_told_apart_from_a_paste():
+    assert parse_answers("symptom=nan") == {"symptom": "nan"}
+    assert parse_answers("precision: bf16\n\nSequence_Parallel_Size = 4\n") == {"precision": "bf16",
+                                                                               "sequence_parallel_size": "4"}
+    for text in ("loss is nan", "precision=bf16\nthe loss is nan", "learning_rate_typo=1e-5", "", "symptom="):
+        assert parse_answers(text) is None, text
+
+
+def test_thread_memory_keeps_a_paste_and_its_answers_until_it_expires(tmp_path):
+    mem = ThreadMemory(tmp_path / "threads.sqlite3", ttl_s=60)
+    assert mem.recall("slack:T:C:1") is None
+    mem.remember("slack:T:C:1", "loss nan", now=1000.0)
+    mem.answered("slack:T:C:1", {"precision": "bf16"}, now=1010.0)
+    assert mem.recall("slack:T:C:1", now=1020.0) == ("loss nan", {"precision": "bf16"})
+    assert ThreadMemory(tmp_path / "threads.sqlite3").recall("slack:T:C:1", now=1020.0) is not None  # shared
+    mem.remember("slack:T:C:1", "another paste", now=1030.0)  # a new paste in the thread starts over
+    assert mem.recall("slack:T:C:1", now=1031.0) == ("another paste", {})
+    assert mem.recall("slack:T:C:1", now=1100.0) is None  # expired
+    mem.answered("slack:T:C:2", {"x": "y"})  # answers with no paste keep nothing
+    assert mem.recall("slack:T:C:2") is None
+
+
+def _slack_posts(receiver, channel: str, count: int, timeout: float = 60.0) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        hits = [r["json"] for r in receiver.requests
+                if r["path"].endswith("chat.postMessage") and (r["json"] or {}).get("channel") == channel]
+        if len(hits) >= count:
+            return hits
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {count} posts to {channel}")
+
+
+def test_slack_an_answer_in_the_thread_reranks_the_first_paste(client, receiver):
+    root = "1700000100.0001"
+    first = {"type": "event_callback", "event_id": "Ev-thread-1", "team_id": "T1", "event": {
+        "type": "app_mention", "text": f"<@U0BOT> {THREAD_PASTE}", "channel": "C-thread", "ts": root}}
+    assert slack_post(client, "/chatops/slack/events", json.dumps(first).encode(), "application/json").status_code == 200
+    asked = _slack_posts(receiver, "C-thread", 1)[0]
+    assert asked["blocks"][0]["text"]["text"] == "No known incident fits well" and "symptom=" in json.dumps(asked)
+    reply = {"type": "event_callback", "event_id": "Ev-thread-2", "team_id": "T1", "event": {
+        "type": "app_mention", "text": "<@U0BOT> symptom=nan", "channel": "C-thread", "ts": "1700000100.0002",
+        "thread_ts": root}}
+    assert slack_post(client, "/chatops/slack/events", json.dumps(reply).encode(), "application/json").status_code == 200
+    answered = _slack_posts(receiver, "C-thread", 2)[1]
+    assert answered["thread_ts"] == root and answered["blocks"][0]["text"]["text"] == "Diagnosis"
+    assert "framework-bug" in json.dumps(answered)
+
+
+def test_feishu_an_answer_in_the_thread_reranks_the_first_paste(client, receiver):
+    assert feishu_post(client, feishu_message("ev-thread-1", THREAD_PASTE)).status_code == 200
+    asked = json.loads(receiver.wait_for("/open-apis/im/v1/messages/om_ev-thread-1/reply")[0]["json"]["content"])
+    payload = feishu_message("ev-thread-2", "symptom=nan")
+    payload["event"]["message"]["root_id"] = "om_ev-thread-1"
+    assert feishu_post(client, payload).status_code == 200
+    answered = json.loads(receiver.wait_for("/open-apis/im/v1/messages/om_ev-thread-2/reply")[0]["json"]["content"])
+    assert json.dumps(asked) != json.dumps(answered) and "framework-bug" in json.dumps(answered)
+    assert "framework-bug" not in json.dumps(asked)
+
+
+def test_dingtalk_a_senders_answer_reranks_their_last_paste(client):
+    def say(text: str, sender: str) -> str:
+        ts = str(int(time.time() * 1000))
+        resp = client.post("/chatops/dingtalk/robot", json={
+            "msgtype": "text", "text": {"content": f" {text}"}, "senderStaffId": sender,
+            "conversationId": "cid-thread"}, headers={"timestamp": ts, "sign": dingtalk.sign(ts, DING_SECRET)})
+        assert resp.status_code == 200, resp.text
+        time.sleep(0.002)  # a new timestamp: each signature is used once
+        return resp.json()["markdown"]["text"]
+
+    first = say(THREAD_PASTE, "staff-thread")
+    assert "symptom=" in first and "framework-bug" not in first
+    assert "framework-bug" in say("symptom=nan", "staff-thread")
+    assert "framework-bug" not in say("symptom=none", "staff-thread")  # the latest answer counts

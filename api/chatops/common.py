@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 
 import httpx
@@ -11,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from api.admission import Admission
 from api.chatops.formatting import Message, from_diagnosis, help_message
 from api.chatops.replay import ReplayCache
+from api.chatops.threads import ThreadMemory
 from api.errors import APIError
 from kb.errors import KBError
 
@@ -38,24 +40,58 @@ def _lang(text: str) -> str:
         return "en"
 
 
-def answer(kb, text: str, max_results: int = 3) -> Message:
+# A line that answers a question: `key=value` or `key: value`, the key one the questions ask about.
+_ANSWER_LINE = re.compile(r"^\s*([A-Za-z_]+)\s*[=:：]\s*(\S.{0,199}?)\s*$")
+
+
+def parse_answers(text: str) -> dict[str, str] | None:
+    """A message made only of answers to the questions (one `key=value` per line, keys from kb's questions) →
+    {key: value}; None for anything else (a paste, a question)."""
+    from kb.canonical import QUESTIONS
+
+    out: dict[str, str] = {}
+    for line in (text or "").splitlines():
+        if not line.strip():
+            continue
+        m = _ANSWER_LINE.match(line)
+        if m is None or m.group(1).lower() not in QUESTIONS:
+            return None
+        out[m.group(1).lower()] = m.group(2)
+    return out or None
+
+
+def answer(kb, text: str, max_results: int = 3, memory: ThreadMemory | None = None,
+           thread: str | None = None) -> Message:
     """A chat text (question or paste) → the diagnosis as a message: its candidates, evidence and fix, the
-    questions that would separate the candidates (answer them in the thread), or why it abstained. One engine
-    call: the diagnosis already carries the retrieval."""
+    questions that would separate the candidates, or why it abstained. One engine call: the diagnosis already
+    carries the retrieval. With a thread (`memory`, `thread`): a paste is remembered as the thread's, and a
+    message of answers only ("precision=bf16") re-ranks the thread's paste with every answer given in it so far."""
     text = (text or "").strip()
     lang = _lang(text)
     if not text or text.lower() in {"help", "?", "帮助"}:
         return help_message(lang)
     try:
-        return from_diagnosis(kb.diagnose(text=text, k=max_results), lang=lang, max_items=max_results)
+        said = parse_answers(text) if memory is not None and thread else None
+        kept = memory.recall(thread) if said is not None else None
+        if kept is not None:
+            paste, before = kept
+            answers = {**before, **said}
+            d = kb.diagnose(text=paste, k=max_results, answers=answers)
+            memory.answered(thread, answers)
+            return from_diagnosis(d, lang=_lang(paste), max_items=max_results)
+        d = kb.diagnose(text=text, k=max_results)
+        if memory is not None and thread:
+            memory.remember(thread, text)
+        return from_diagnosis(d, lang=lang, max_items=max_results)
     except KBError as e:
         return Message(heading=help_message(lang).heading, lang=lang, notes=[str(e)], abstained=True)
 
 
-async def answer_limited(admission: Admission, kb, text: str, max_results: int) -> Message:
+async def answer_limited(admission: Admission, kb, text: str, max_results: int, memory: ThreadMemory | None = None,
+                         thread: str | None = None) -> Message:
     """`answer` under the process's admission cap (chat answers cost what a diagnosis costs)."""
     async with admission.slot():
-        return await run_in_threadpool(answer, kb, text, max_results)
+        return await run_in_threadpool(answer, kb, text, max_results, memory, thread)
 
 
 async def first_use(replay: ReplayCache, key: str, expires_at: float) -> None:

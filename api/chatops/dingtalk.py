@@ -19,7 +19,7 @@ from api.admission import ensure_connected
 from api.bodies import parse_object
 from api.chatops.common import NotConfigured, Unauthenticated, answer, check_window, first_use
 from api.chatops.formatting import to_dingtalk
-from api.deps import AdmissionDep, KBDep, MetricsDep, ReplayDep, SettingsDep
+from api.deps import AdmissionDep, KBDep, MetricsDep, ReplayDep, SettingsDep, ThreadsDep
 
 router = APIRouter(prefix="/chatops/dingtalk", tags=["chatops"])
 
@@ -45,7 +45,7 @@ def verify(secret: str, timestamp: str | None, signature: str | None, max_skew: 
 
 @router.post("/robot", summary="DingTalk outgoing robot")
 async def robot(request: Request, s: SettingsDep, kb: KBDep, replay: ReplayDep, metrics: MetricsDep,
-                admission: AdmissionDep) -> dict:
+                admission: AdmissionDep, threads: ThreadsDep) -> dict:
     if not s.dingtalk_app_secret:
         raise NotConfigured("DingTalk", "KB_DINGTALK_APP_SECRET")
     timestamp, signature = request.headers.get("timestamp"), request.headers.get("sign")
@@ -58,12 +58,17 @@ async def robot(request: Request, s: SettingsDep, kb: KBDep, replay: ReplayDep, 
     payload = parse_object(await request.body())
     text_field = payload.get("text")
     text = str(text_field.get("content", "")) if isinstance(text_field, dict) else ""
+    sender = payload.get("senderStaffId")
+    # DingTalk's group chats have no threads: a sender's answers ("precision=bf16") re-rank their own last paste in
+    # the same conversation.
+    who = sender if isinstance(sender, str) and sender else payload.get("senderId")
+    conversation = payload.get("conversationId")
+    thread = f"dingtalk:{conversation}:{who}" if isinstance(conversation, str) and conversation and who else None
     async with admission.slot():
         await ensure_connected(request)
-        msg = await run_in_threadpool(answer, kb, text, s.chatops_max_results)
+        msg = await run_in_threadpool(answer, kb, text, s.chatops_max_results, threads, thread)
     metrics.chatops.labels("dingtalk", "answered").inc()
     reply = to_dingtalk(msg)
-    sender = payload.get("senderStaffId")
     if isinstance(sender, str) and sender:
         reply["at"] = {"atUserIds": [sender], "isAtAll": False}
     return reply

@@ -29,7 +29,8 @@ from api.chatops.common import (
     post_json,
 )
 from api.chatops.formatting import busy_message, feishu_reply_body
-from api.deps import AdmissionDep, HttpDep, KBDep, MetricsDep, ReplayDep, SettingsDep
+from api.chatops.threads import ThreadMemory
+from api.deps import AdmissionDep, HttpDep, KBDep, MetricsDep, ReplayDep, SettingsDep, ThreadsDep
 from api.errors import APIError
 from api.metrics import Metrics
 from api.settings import Settings
@@ -126,9 +127,9 @@ async def _tenant_token(http, settings: Settings, cache: _TenantToken) -> str | 
 
 
 async def _reply(kb, http, admission: Admission, metrics: Metrics, settings: Settings, cache: _TenantToken,
-                 message_id: str, text: str) -> None:
+                 message_id: str, text: str, memory: ThreadMemory | None = None, thread: str | None = None) -> None:
     try:
-        msg = await answer_limited(admission, kb, text, settings.chatops_max_results)
+        msg = await answer_limited(admission, kb, text, settings.chatops_max_results, memory, thread)
     except Overloaded:
         metrics.chatops.labels("feishu", "overloaded").inc()
         msg = busy_message(settings.retry_after_s)
@@ -151,7 +152,7 @@ UNSIGNED_MAX_BYTES = 16 * 1024
 
 @router.post("/events", summary="Feishu / Lark event subscription")
 async def events(request: Request, background: BackgroundTasks, s: SettingsDep, kb: KBDep, replay: ReplayDep,
-                 metrics: MetricsDep, admission: AdmissionDep, http: HttpDep,
+                 metrics: MetricsDep, admission: AdmissionDep, http: HttpDep, threads: ThreadsDep,
                  token_cache: Annotated[_TenantToken, Depends(_token_cache)]) -> dict:
     if not (s.feishu_verification_token or s.feishu_encrypt_key):
         raise NotConfigured("Feishu", "KB_FEISHU_VERIFICATION_TOKEN and/or KB_FEISHU_ENCRYPT_KEY")
@@ -224,6 +225,9 @@ async def events(request: Request, background: BackgroundTasks, s: SettingsDep, 
         return {}
     if admission.saturated():
         raise Overloaded(s.retry_after_s, "too many answers in progress")
+    # The reply goes to the message, which starts a thread (a reply in it has the message as its root_id): a later
+    # message there with answers only re-ranks the first paste.
+    thread = f"feishu:{message.get('chat_id', '')}:{message.get('root_id') or message_id}"
     background.add_task(_reply, kb, http, admission, metrics, s, token_cache,
-                        message_id, text)
+                        message_id, text, threads, thread)
     return {}

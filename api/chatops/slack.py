@@ -22,7 +22,8 @@ from api.chatops.common import (
 )
 from api.chatops.formatting import busy_message, to_slack
 from api.chatops.replay import ReplayCache
-from api.deps import AdmissionDep, HttpDep, KBDep, MetricsDep, ReplayDep, SettingsDep
+from api.chatops.threads import ThreadMemory
+from api.deps import AdmissionDep, HttpDep, KBDep, MetricsDep, ReplayDep, SettingsDep, ThreadsDep
 from api.errors import APIError
 from api.metrics import Metrics
 from api.settings import Settings
@@ -67,9 +68,10 @@ async def _verified_body(request: Request, settings: Settings, replay: ReplayCac
 
 
 async def _answer_to(kb, http, admission: Admission, metrics: Metrics, settings: Settings, text: str, url: str,
-                     extra: dict, headers: dict[str, str] | None = None) -> None:
+                     extra: dict, headers: dict[str, str] | None = None, memory: ThreadMemory | None = None,
+                     thread: str | None = None) -> None:
     try:
-        msg = await answer_limited(admission, kb, text, settings.chatops_max_results)
+        msg = await answer_limited(admission, kb, text, settings.chatops_max_results, memory, thread)
     except Overloaded:
         metrics.chatops.labels("slack", "overloaded").inc()
         msg = busy_message(settings.retry_after_s)
@@ -97,7 +99,8 @@ async def slash_command(request: Request, background: BackgroundTasks, settings:
 
 @router.post("/events", summary="Slack Events API (url_verification, app_mention)")
 async def events(request: Request, background: BackgroundTasks, settings: SettingsDep, kb: KBDep,
-                 replay: ReplayDep, metrics: MetricsDep, admission: AdmissionDep, http: HttpDep) -> dict:
+                 replay: ReplayDep, metrics: MetricsDep, admission: AdmissionDep, http: HttpDep,
+                 threads: ThreadsDep) -> dict:
     body = await _verified_body(request, settings, replay, metrics)
     payload = parse_object(body)
     if payload.get("type") == "url_verification":
@@ -115,8 +118,11 @@ async def events(request: Request, background: BackgroundTasks, settings: Settin
         log.warning("app_mention received but KB_SLACK_BOT_TOKEN is not set; cannot reply")
         return {"ok": True}
     text = _MENTION.sub("", str(event.get("text", ""))).strip()
+    root = event.get("thread_ts") or event.get("ts")
+    # The answer goes into the mention's thread; a later mention there with answers only re-ranks its first paste.
+    thread = f"slack:{payload.get('team_id', '')}:{event.get('channel', '')}:{root}" if root else None
     background.add_task(_answer_to, kb, http, admission, metrics, settings, text,
                         settings.slack_api_base.rstrip("/") + "/chat.postMessage",
-                        {"channel": event.get("channel"), "thread_ts": event.get("thread_ts") or event.get("ts")},
-                        {"Authorization": f"Bearer {settings.slack_bot_token}"})
+                        {"channel": event.get("channel"), "thread_ts": root},
+                        {"Authorization": f"Bearer {settings.slack_bot_token}"}, threads, thread)
     return {"ok": True}

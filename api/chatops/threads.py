@@ -1,0 +1,86 @@
+"""The paste each chat thread began with, so that an answer to a question in the thread ("precision=bf16",
+"symptom=nan") re-ranks that paste. In SQLite under the data dir beside the replay cache: every worker on a host
+shares it, and a restart keeps open threads."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from kb.store import use_wal
+
+TIMEOUT = 10.0
+# How long a thread's paste is kept after its last message (seconds), and at most how many threads (the oldest go
+# first): with the longest paste kept, a full table is at most ~80 MB of ASCII (~240 MB of Chinese).
+TTL_S = 24 * 3600
+MAX_ROWS = 2_000
+# The longest paste kept (characters): Slack's limit for one message.
+MAX_TEXT = 40_000
+
+
+class ThreadMemory:
+    """`remember(thread, text)` keeps a thread's paste (and forgets its answers); `recall(thread)` gives (paste,
+    answers so far) or None; `answered(thread, answers)` stores the answers given so far. Threads are keyed by a
+    digest of the platform's thread id; expired rows go on every write, the oldest past `max_rows`."""
+
+    def __init__(self, path: str | Path, ttl_s: float = TTL_S, max_rows: int = MAX_ROWS) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.ttl_s, self.max_rows = ttl_s, max_rows
+        self._local = threading.local()
+        self._conn().execute("CREATE TABLE IF NOT EXISTS threads (key TEXT PRIMARY KEY, text TEXT NOT NULL, "
+                             "answers TEXT NOT NULL, expires REAL NOT NULL)")
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=TIMEOUT, isolation_level=None, check_same_thread=True)
+            use_wal(conn, TIMEOUT)
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    @staticmethod
+    def _digest(thread: str) -> str:
+        return hashlib.sha256(thread.encode("utf-8", "surrogatepass")).hexdigest()
+
+    def _write(self, thread: str, text: str, answers: dict, now: float) -> None:
+        c = self._conn()
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            c.execute("INSERT OR REPLACE INTO threads (key, text, answers, expires) VALUES (?, ?, ?, ?)",
+                      (self._digest(thread), text[:MAX_TEXT], json.dumps(answers, ensure_ascii=False),
+                       now + self.ttl_s))
+            c.execute("DELETE FROM threads WHERE expires < ?", (now,))
+            (n,) = c.execute("SELECT COUNT(*) FROM threads").fetchone()
+            if n > self.max_rows:
+                c.execute("DELETE FROM threads WHERE key IN (SELECT key FROM threads ORDER BY expires LIMIT ?)",
+                          (n - self.max_rows,))
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+
+    def remember(self, thread: str, text: str, now: float | None = None) -> None:
+        self._write(thread, text, {}, time.time() if now is None else now)
+
+    def recall(self, thread: str, now: float | None = None) -> tuple[str, dict] | None:
+        now = time.time() if now is None else now
+        row = self._conn().execute("SELECT text, answers, expires FROM threads WHERE key = ?",
+                                   (self._digest(thread),)).fetchone()
+        if row is None or row[2] < now:
+            return None
+        try:
+            answers = json.loads(row[1])
+        except ValueError:
+            answers = {}
+        return row[0], answers if isinstance(answers, dict) else {}
+
+    def answered(self, thread: str, answers: dict, now: float | None = None) -> None:
+        kept = self.recall(thread, now)
+        if kept is not None:
+            self._write(thread, kept[0], answers, time.time() if now is None else now)
