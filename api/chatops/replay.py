@@ -16,22 +16,14 @@ PURGE_EVERY = 256
 TIMEOUT = 10.0
 
 
-class ReplayCache:
-    """`first_time(key, expires_at)` is True exactly once per key until the key expires, across processes.
+class SharedSQLite:
+    """A SQLite file under the data dir that every worker on a host shares: one connection per thread (WAL,
+    autocommit; callers open IMMEDIATE transactions), keys stored as digests."""
 
-    One INSERT OR IGNORE inside an IMMEDIATE transaction decides, so two workers racing on the same signature
-    cannot both win. Size is bounded: past `max_rows`, the rows closest to expiry go first.
-    """
-
-    def __init__(self, path: str | Path, max_rows: int = 200_000) -> None:
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.max_rows = max_rows
         self._local = threading.local()
-        self._inserts = 0
-        c = self._conn()
-        c.execute("CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, expires REAL NOT NULL)")
-        c.execute("CREATE INDEX IF NOT EXISTS seen_expires ON seen (expires)")
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -45,6 +37,22 @@ class ReplayCache:
     @staticmethod
     def _digest(key: str) -> str:
         return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class ReplayCache(SharedSQLite):
+    """`first_time(key, expires_at)` is True exactly once per key until the key expires, across processes.
+
+    One INSERT OR IGNORE inside an IMMEDIATE transaction decides, so two workers racing on the same signature
+    cannot both win. Size is bounded: past `max_rows`, the rows closest to expiry go first.
+    """
+
+    def __init__(self, path: str | Path, max_rows: int = 200_000) -> None:
+        super().__init__(path)
+        self.max_rows = max_rows
+        self._inserts = 0
+        c = self._conn()
+        c.execute("CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, expires REAL NOT NULL)")
+        c.execute("CREATE INDEX IF NOT EXISTS seen_expires ON seen (expires)")
 
     def first_time(self, key: str, expires_at: float, now: float | None = None) -> bool:
         now = time.time() if now is None else now

@@ -4,16 +4,12 @@ shares it, and a restart keeps open threads."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import sqlite3
-import threading
 import time
 from pathlib import Path
 
-from kb.store import use_wal
+from api.chatops.replay import SharedSQLite
 
-TIMEOUT = 10.0
 # How long a thread's paste is kept after its last message (seconds), and at most how many threads (the oldest go
 # first): with the longest paste kept, a full table is at most ~80 MB of ASCII (~240 MB of Chinese).
 TTL_S = 24 * 3600
@@ -22,31 +18,16 @@ MAX_ROWS = 2_000
 MAX_TEXT = 40_000
 
 
-class ThreadMemory:
+class ThreadMemory(SharedSQLite):
     """`remember(thread, text)` keeps a thread's paste (and forgets its answers); `recall(thread)` gives (paste,
     answers so far) or None; `answered(thread, answers)` stores the answers given so far. Threads are keyed by a
     digest of the platform's thread id; expired rows go on every write, the oldest past `max_rows`."""
 
     def __init__(self, path: str | Path, ttl_s: float = TTL_S, max_rows: int = MAX_ROWS) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        super().__init__(path)
         self.ttl_s, self.max_rows = ttl_s, max_rows
-        self._local = threading.local()
         self._conn().execute("CREATE TABLE IF NOT EXISTS threads (key TEXT PRIMARY KEY, text TEXT NOT NULL, "
                              "answers TEXT NOT NULL, expires REAL NOT NULL)")
-
-    def _conn(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self.path, timeout=TIMEOUT, isolation_level=None, check_same_thread=True)
-            use_wal(conn, TIMEOUT)
-            conn.execute("PRAGMA synchronous=NORMAL")
-            self._local.conn = conn
-        return conn
-
-    @staticmethod
-    def _digest(thread: str) -> str:
-        return hashlib.sha256(thread.encode("utf-8", "surrogatepass")).hexdigest()
 
     def _write(self, thread: str, text: str, answers: dict, now: float) -> None:
         c = self._conn()
