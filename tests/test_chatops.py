@@ -15,7 +15,7 @@ from test_api import prebuilt_data_dir  # tests/ is on sys.path (pytest's defaul
 
 from api.app import create_app
 from api.chatops import dingtalk, feishu, slack
-from api.chatops.common import Unauthenticated, parse_answers
+from api.chatops.common import Unauthenticated, answer, parse_answers
 from api.chatops.formatting import (
     Item,
     Message,
@@ -215,7 +215,7 @@ def base_url(tmp_path_factory, repo_root, receiver):
     app = create_app(settings)
     with LoopbackServer(app) as url:
         assert app.state.ready.wait(180)
-        yield url, sorted(app.state.kb.records)
+        yield url, sorted(app.state.kb.records), settings.data_dir, settings.incidents_dir
 
 
 @pytest.fixture()
@@ -563,6 +563,21 @@ def test_thread_memory_keeps_a_paste_and_its_answers_until_it_expires(tmp_path):
     assert mem.recall("slack:T:C:1", now=1100.0) is None  # expired
     mem.answered("slack:T:C:2", {"x": "y"})  # answers with no paste keep nothing
     assert mem.recall("slack:T:C:2") is None
+
+
+def test_a_thread_memory_that_cannot_be_read_or_written_costs_the_memory_not_the_answer(tmp_path, base_url):
+    import sqlite3
+
+    from kb import KnowledgeBase
+
+    mem = ThreadMemory(tmp_path / "threads.sqlite3")
+    with sqlite3.connect(tmp_path / "threads.sqlite3") as c:
+        c.execute("DROP TABLE threads")  # every read and write of the store now fails
+    kb = KnowledgeBase.open(data_dir=base_url[2], incidents_dir=base_url[3])
+    first = answer(kb, THREAD_PASTE, memory=mem, thread="slack:T:C:9")
+    assert first.abstained and any("symptom=" in n for n in first.notes)
+    # The answer has no paste to re-rank (none could be kept): it is answered as a message of its own.
+    assert answer(kb, "symptom=nan", memory=mem, thread="slack:T:C:9").items
 
 
 def _slack_posts(receiver, channel: str, count: int, timeout: float = 60.0) -> list[dict]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sqlite3
 import time
 
 import httpx
@@ -72,19 +73,29 @@ def answer(kb, text: str, max_results: int = 3, memory: ThreadMemory | None = No
         return help_message(lang)
     try:
         said = parse_answers(text) if memory is not None and thread else None
-        kept = memory.recall(thread) if said is not None else None
+        kept = _remembered(memory.recall, thread) if said is not None else None
         if kept is not None:
             paste, before = kept
             answers = {**before, **said}
             d = kb.diagnose(text=paste, k=max_results, answers=answers)
-            memory.answered(thread, answers)
+            _remembered(memory.answered, thread, answers)
             return from_diagnosis(d, lang=_lang(paste), max_items=max_results)
         d = kb.diagnose(text=text, k=max_results)
         if memory is not None and thread:
-            memory.remember(thread, text)
+            _remembered(memory.remember, thread, text)
         return from_diagnosis(d, lang=lang, max_items=max_results)
     except KBError as e:
         return Message(heading=help_message(lang).heading, lang=lang, notes=[str(e)], abstained=True)
+
+
+def _remembered(op, *args):
+    """A thread-memory call; a store that cannot be read or written (full disk, a lock held past the timeout) costs
+    the thread its memory, not the answer."""
+    try:
+        return op(*args)
+    except sqlite3.Error as e:
+        log.warning("chat thread memory unavailable: %s", e)
+        return None
 
 
 async def answer_limited(admission: Admission, kb, text: str, max_results: int, memory: ThreadMemory | None = None,
