@@ -29,13 +29,13 @@ class ThreadMemory(SharedSQLite):
         self._conn().execute("CREATE TABLE IF NOT EXISTS threads (key TEXT PRIMARY KEY, text TEXT NOT NULL, "
                              "answers TEXT NOT NULL, expires REAL NOT NULL)")
 
-    def _write(self, thread: str, text: str, answers: dict, now: float) -> None:
+    def remember(self, thread: str, text: str, now: float | None = None) -> None:
+        now = time.time() if now is None else now
         c = self._conn()
         c.execute("BEGIN IMMEDIATE")
         try:
-            c.execute("INSERT OR REPLACE INTO threads (key, text, answers, expires) VALUES (?, ?, ?, ?)",
-                      (self._digest(thread), text[:MAX_TEXT], json.dumps(answers, ensure_ascii=False),
-                       now + self.ttl_s))
+            c.execute("INSERT OR REPLACE INTO threads (key, text, answers, expires) VALUES (?, ?, '{}', ?)",
+                      (self._digest(thread), text[:MAX_TEXT], now + self.ttl_s))
             c.execute("DELETE FROM threads WHERE expires < ?", (now,))
             (n,) = c.execute("SELECT COUNT(*) FROM threads").fetchone()
             if n > self.max_rows:
@@ -45,9 +45,6 @@ class ThreadMemory(SharedSQLite):
         except BaseException:
             c.execute("ROLLBACK")
             raise
-
-    def remember(self, thread: str, text: str, now: float | None = None) -> None:
-        self._write(thread, text, {}, time.time() if now is None else now)
 
     def recall(self, thread: str, now: float | None = None) -> tuple[str, dict] | None:
         now = time.time() if now is None else now
@@ -62,6 +59,7 @@ class ThreadMemory(SharedSQLite):
         return row[0], answers if isinstance(answers, dict) else {}
 
     def answered(self, thread: str, answers: dict, now: float | None = None) -> None:
-        kept = self.recall(thread, now)
-        if kept is not None:
-            self._write(thread, kept[0], answers, time.time() if now is None else now)
+        """One UPDATE of a live thread (a paste remembered meanwhile is not overwritten with the old one)."""
+        now = time.time() if now is None else now
+        self._conn().execute("UPDATE threads SET answers = ?, expires = ? WHERE key = ? AND expires >= ?",
+                             (json.dumps(answers, ensure_ascii=False), now + self.ttl_s, self._digest(thread), now))
