@@ -191,6 +191,15 @@ def test_diagnose_raw_text_paste(client):
     resp = client.post("/v1/diagnose?k=2", content=DPO_LOG.encode(), headers={"content-type": "text/plain"})
     assert resp.status_code == 200, resp.text
     assert len(resp.json()["diagnoses"]) <= 2
+    # JSON "text" is the same paste read the same way, so answers ("facts") can go with a raw paste (the web page).
+    plain = client.post("/v1/diagnose?k=3", content=DPO_LOG.encode(), headers={"content-type": "text/plain"}).json()
+    same = client.post("/v1/diagnose", json={"text": DPO_LOG, "k": 3})
+    assert same.status_code == 200, same.text
+    assert [d["category"] for d in same.json()["diagnoses"]] == [d["category"] for d in plain["diagnoses"]]
+    assert same.json()["facts"] == plain["facts"]
+    said = client.post("/v1/diagnose", json={"text": DPO_LOG, "facts": {"precision": "bf16"}}).json()
+    assert said["facts"]["precision"]["source"] == "answer"
+    assert_error(client.post("/v1/diagnose", json={"text": "   "}), 422, "invalid_input")
 
 
 def test_diagnose_uploaded_log_file(client, tmp_path, shared_dir_or_none):

@@ -155,7 +155,7 @@ def test_paste_submit_read_the_result_in_chromium(server, repo_root):
         assert len(lines) == len(PASTE.rstrip("\n").split("\n"))
         hit_ids = {h.get_attribute("id") for h in drv.find_elements(By.CSS_SELECTOR, "#lines li.hit")}
         assert hit_ids == marked and hit_ids, (hit_ids, marked)
-        questions = drv.find_elements(By.CSS_SELECTOR, "#question-list li")
+        questions = drv.find_elements(By.CSS_SELECTOR, "#question-list li .q")
         assert [q.text for q in questions] == [q["question"] for q in want.get("questions", [])]
         shot = os.environ.get("KB_WEB_SCREENSHOT")
         if shot:  # `KB_WEB_SCREENSHOT=docs/web.png pytest tests/test_web.py` refreshes the README's picture
@@ -175,6 +175,78 @@ def test_paste_submit_read_the_result_in_chromium(server, repo_root):
         for card, iid in zip(cards, bare_ids):
             meta = card.find_element(By.CSS_SELECTOR, ".meta").text
             assert ("incident:" in meta) == bool(iid) and (iid in meta if iid else True)
+    finally:
+        drv.quit()
+
+
+# A first post with no log and no metric (written for this test): kb calls it out of scope and asks the scope question.
+VAGUE = ("Qwen3 SFT with ZeRO++ (zero_hpz_partition_size 4): after resuming from a checkpoint the training curve "
+         "looks wrong, see screenshot")
+
+
+def _api(server: str, answers: dict) -> dict:
+    """What the API answers for VAGUE with these answers: the page must show the same."""
+    r = httpx.post(server + "/v1/diagnose", json={"text": VAGUE, "k": 3, "facts": answers}, timeout=120,
+                   headers={"accept-language": "en-US"})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _shows(drv, want: dict, answers: dict) -> bool:
+    from selenium.webdriver.common.by import By
+
+    cards = [c.get_attribute("data-category") for c in drv.find_elements(By.CSS_SELECTOR, "#diagnoses .diagnosis")]
+    asked = [q.get_attribute("data-fact") for q in drv.find_elements(By.CSS_SELECTOR, "#question-list li")]
+    said = [a.get_attribute("data-fact") for a in drv.find_elements(By.CSS_SELECTOR, "#answer-list li")]
+    return (cards == [d["category"] for d in want["diagnoses"]]
+            and asked == [q["fact"] for q in want.get("questions") or []] and said == list(answers)
+            and not drv.find_element(By.ID, "submit").get_property("disabled"))
+
+
+def test_questions_are_answered_in_place_and_each_answer_reranks(server):
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def until(want, answers):
+        WebDriverWait(drv, 120, ignored_exceptions=(StaleElementReferenceException,)).until(
+            lambda d: _shows(d, want, answers))
+
+    alone = _api(server, {})
+    assert alone["abstained"] and [q["fact"] for q in alone["questions"]] == ["symptom"], alone
+    nan = _api(server, {"symptom": "nan"})
+    assert not nan["abstained"] and nan["diagnoses"][0]["category"] == "framework-bug", nan
+    open_q = next(q["fact"] for q in nan["questions"] if not q["options"])  # e.g. framework_version: typed in
+    both = _api(server, {"symptom": "nan", open_q: "0.16.4"})
+    drv = _chrome()("en-US")
+    try:
+        drv.get(server + "/")
+        _wait(drv, "body[data-ready='1']")
+        _paste_and_submit(drv, VAGUE)
+        until(alone, {})
+        assert drv.find_element(By.ID, "answered").get_attribute("hidden") is not None  # nothing answered yet
+        options = drv.find_elements(By.CSS_SELECTOR, "#question-list li[data-fact='symptom'] button.answer")
+        assert [b.text for b in options] == alone["questions"][0]["options"]
+        drv.find_element(By.CSS_SELECTOR, "#question-list li[data-fact='symptom'] button[data-value='nan']").click()
+        until(nan, {"symptom": "nan"})
+        assert "symptom = nan" in drv.find_element(By.ID, "answer-list").text
+        assert drv.find_element(By.ID, "summary").text.startswith("Most likely cause")
+        box = drv.find_element(By.CSS_SELECTOR, f"#question-list li[data-fact='{open_q}'] input.answer-text")
+        box.send_keys("0.16.4", Keys.ENTER)  # an open question: typed, Enter answers it
+        until(both, {"symptom": "nan", open_q: "0.16.4"})
+        # A refused answer (a word the scope question does not take) leaves the result as it was, with the error.
+        drv.execute_script("answer('symptom', 'weird')")
+        WebDriverWait(drv, 60).until(lambda d: "Error" in d.find_element(By.ID, "status").text)
+        assert "symptom" in drv.find_element(By.ID, "status").text
+        until(both, {"symptom": "nan", open_q: "0.16.4"})
+        # Taking an answer back re-ranks without it.
+        drv.find_element(By.CSS_SELECTOR, "#answer-list li[data-fact='symptom'] button.remove").click()
+        until(_api(server, {open_q: "0.16.4"}), {open_q: "0.16.4"})
+        # Diagnosing a paste anew starts over: no answer is carried to it.
+        drv.find_element(By.ID, "submit").click()
+        until(alone, {})
+        assert drv.find_element(By.ID, "answered").get_attribute("hidden") is not None
     finally:
         drv.quit()
 

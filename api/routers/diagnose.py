@@ -20,10 +20,11 @@ router = APIRouter(prefix="/v1", tags=["diagnose"], dependencies=[Depends(requir
 
 
 class DiagnoseRequest(BaseModel):
-    """At least one of log, config, question. Each is plain text as pasted (a YAML/JSON config, a shell command
-    line, a training log, a description)."""
+    """At least one of text, log, config, question. Each is plain text as pasted (a YAML/JSON config, a shell
+    command line, a training log, a description); `text` is a paste of any of them, read as a text/plain body is."""
 
     model_config = ConfigDict(extra="forbid")
+    text: str | None = Field(default=None, examples=["swift rlhf --rlhf_type dpo\n{'loss': nan, 'epoch': 0.1}"])
     log: str | None = Field(default=None, examples=["{'loss': nan, 'grad_norm': nan, 'epoch': 0.1}"])
     config: str | None = Field(default=None, examples=["rlhf_type: dpo\nsequence_parallel_size: 4"])
     question: str | None = Field(default=None, examples=["DPO nll_loss is nan"])
@@ -93,7 +94,7 @@ async def _read_fields(request: Request, settings, k: int) -> tuple[dict[str, st
     ctype = request.headers.get("content-type", "text/plain").split(";")[0].strip().lower()
     if ctype == "application/json" or ctype.endswith("+json"):
         body = parse_model(DiagnoseRequest, await request.body())
-        fields = {"log": body.log, "config": body.config, "question": body.question, "text": None}
+        fields = {"log": body.log, "config": body.config, "question": body.question, "text": body.text}
         if body.facts:
             if any(len(str(v)) > 200 or len(key) > 100 for key, v in body.facts.items()):
                 raise APIError(422, "invalid_input", "facts: keys and values must be short")

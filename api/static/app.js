@@ -1,4 +1,6 @@
 // The paste page: sends the paste to /v1/diagnose and shows the diagnosis, with evidence lines marked in the paste.
+// The differential questions are answered in place: an answer is sent with the same paste (the request's "facts")
+// and the ranking is redone with every answer given so far; a new paste starts over.
 "use strict";
 
 const I18N = {
@@ -17,6 +19,8 @@ const I18N = {
     loaded: "Loaded", no_hits: "No line of the paste was used as evidence.",
     track: (r, pct) => `Answers this confident (${r.band}) were right ${pct}% of the time: ${r.reports} of ${r.of} ` +
       "real reports kb had not seen fell in that band.",
+    answered: "Your answers (the ranking is redone with them)", answer: "Answer", your_answer: "your answer",
+    remove: "Remove this answer", reranking: "Re-ranking with your answers…",
   },
   zh: {
     title: "kb —— 训练 loss 为什么变成 NaN？",
@@ -32,6 +36,8 @@ const I18N = {
     line: "行", copy: "复制", copied: "已复制", incident: "事件", error: "错误",
     loaded: "已载入", no_hits: "输入中没有哪一行被用作证据。",
     track: (r, pct) => `置信度在 ${r.band} 的回答有 ${pct}% 是对的：${r.of} 份 kb 没见过的真实报告中有 ${r.reports} 份落在这一档。`,
+    answered: "你的回答（已据此重新排序）", answer: "回答", your_answer: "你的回答",
+    remove: "删除这个回答", reranking: "正在根据你的回答重新排序……",
   },
 };
 
@@ -96,6 +102,52 @@ function questionText(q) {
   return typeof v === "object" ? (v[LANG] || v.en || v.zh || "") : String(v);
 }
 
+// What the result on screen was diagnosed from: the paste and the answers given to its questions so far.
+let shown = { paste: "", answers: {} };
+
+function questionItem(q) {
+  const li = el("li", { "data-fact": q.fact || "" }, el("span", { class: "q", text: questionText(q) }));
+  if (!q || !q.fact) return li;  // a question with nothing to answer it by: shown, not answerable here
+  const row = el("div", { class: "answer-row" });
+  const give = (value) => answer(q.fact, value);
+  if ((q.options || []).length) {
+    for (const o of q.options) {
+      const b = el("button", { type: "button", class: "secondary answer", "data-value": String(o), text: String(o) });
+      b.addEventListener("click", () => give(String(o)));
+      row.append(b);
+    }
+  } else {  // an open question (a version, a learning rate): a short line of text
+    const input = el("input", { type: "text", class: "answer-text", maxlength: "200", placeholder: T.your_answer,
+                                "aria-label": questionText(q) });
+    const b = el("button", { type: "button", class: "secondary answer", text: T.answer });
+    const go = () => { if (input.value.trim()) give(input.value.trim()); };
+    b.addEventListener("click", go);
+    input.addEventListener("keydown", (e) => { if (e.key === "Enter") { e.preventDefault(); go(); } });
+    row.append(input, b);
+  }
+  li.append(row);
+  return li;
+}
+
+function renderAnswers(answers) {
+  const keys = Object.keys(answers);
+  $("answered").hidden = !keys.length;
+  $("answer-list").replaceChildren(...keys.map((key) => {
+    const x = el("button", { type: "button", class: "secondary remove", title: T.remove, "aria-label": T.remove,
+                             text: "×" });
+    x.addEventListener("click", () => {
+      const rest = { ...shown.answers };
+      delete rest[key];
+      diagnose(shown.paste, rest);
+    });
+    return el("li", { "data-fact": key }, el("code", { text: `${key} = ${answers[key]}` }), x);
+  }));
+}
+
+function answer(fact, value) {
+  diagnose(shown.paste, { ...shown.answers, [fact]: value });
+}
+
 function renderLines(paste, hits) {
   const ol = $("lines");
   ol.replaceChildren();
@@ -151,7 +203,7 @@ function render(res, paste) {
 
   const qs = res.questions || res.differential_questions || res.differential || [];
   $("questions").hidden = !qs.length;
-  $("question-list").replaceChildren(...qs.map((q) => el("li", { text: questionText(q) })));
+  $("question-list").replaceChildren(...qs.map(questionItem));
 
   const box = $("diagnoses");
   box.replaceChildren();
@@ -201,29 +253,48 @@ function render(res, paste) {
   setStatus(hits.size ? "" : T.no_hits);
 }
 
-async function submit(ev) {
-  ev.preventDefault();
-  const paste = $("paste").value;
-  if (!paste.trim()) { setStatus(T.empty, true); return; }
-  $("submit").disabled = true;
-  setStatus(T.working);
+function busy(on) {
+  for (const b of document.querySelectorAll("#submit, #result button.answer, #result button.remove")) b.disabled = on;
+}
+
+// A paste alone goes as text/plain; with answers, as JSON {text, facts} (the same reading of the paste). A refused
+// answer (an unknown word) leaves the result on screen as it was, with the error above it.
+async function diagnose(paste, answers) {
+  const answering = Object.keys(answers).length > 0;
+  busy(true);
+  setStatus(answering ? T.reranking : T.working);
+  const headers = { "accept-language": LANG };
+  let body = paste;
+  if (answering) {
+    headers["content-type"] = "application/json";
+    body = JSON.stringify({ text: paste, k: 3, facts: answers });
+  } else {
+    headers["content-type"] = "text/plain; charset=utf-8";
+  }
   try {
-    const r = await fetch("/v1/diagnose?k=3", {
-      method: "POST", headers: { "content-type": "text/plain; charset=utf-8", "accept-language": LANG }, body: paste,
-    });
-    const body = await r.json().catch(() => ({}));
+    const r = await fetch("/v1/diagnose?k=3", { method: "POST", headers, body });
+    const res = await r.json().catch(() => ({}));
     if (!r.ok) {
-      const msg = (body.error && body.error.message) || `HTTP ${r.status}`;
+      const msg = (res.error && res.error.message) || `HTTP ${r.status}`;
       setStatus(`${T.error}: ${msg}`, true);
-      $("result").hidden = true;
+      if (paste !== shown.paste) $("result").hidden = true;
       return;
     }
-    render(body, paste);
+    shown = { paste, answers };
+    render(res, paste);
+    renderAnswers(answers);
   } catch (e) {
     setStatus(`${T.error}: ${e}`, true);
   } finally {
-    $("submit").disabled = false;
+    busy(false);
   }
+}
+
+function submit(ev) {
+  ev.preventDefault();
+  const paste = $("paste").value;
+  if (!paste.trim()) { setStatus(T.empty, true); return; }
+  diagnose(paste, {});  // a paste diagnosed anew starts over: no answers carried from the last one
 }
 
 function wireDrop() {
