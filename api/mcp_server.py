@@ -13,7 +13,9 @@ from kb.errors import KBError
 
 INSTRUCTIONS = """kb diagnoses NaN / inf / collapsing losses in LLM fine-tuning and RLHF (SFT, DPO, KTO, ORPO, SimPO,
 reward models, PPO/GRPO) from a pasted training log, config or command line. Call `diagnose` with what the
-user pasted; `ask` for a short question; `show_incident` for the full record of an id; `run_repro` to check on
+user pasted; when the result lists `questions`, ask the user them and call `diagnose` again with the same paste
+and their replies as `answers` (`{fact: value}`, e.g. {"precision": "bf16"}): the ranking is redone with them;
+`ask` for a short question; `show_incident` for the full record of an id; `run_repro` to check on
 real PyTorch whether the mechanism reproduces and whether the user's settings trigger it."""
 
 
@@ -83,16 +85,23 @@ def build_server(data_dir: str | None = None, incidents_dir: str | None = None, 
 
     @server.tool()
     @_guard
-    def diagnose(text: str = "", log: str = "", config: str = "", question: str = "", k: int = 3) -> dict[str, Any]:
+    def diagnose(text: str = "", log: str = "", config: str = "", question: str = "", k: int = 3,
+                 answers: dict[str, str | int | float | bool] | None = None) -> dict[str, Any]:
         """Diagnose why a training loss went NaN / inf / to zero. `text`: anything pasted (log, config, command
         line, prose; mixed is fine); or give `log`, `config` and `question` separately. Returns the ranked
         root-cause categories with calibrated confidence, the evidence lines (1-based, in the input they name),
-        the fix and a repro command; `abstained` is true when nothing known fits."""
+        the fix and a repro command; `abstained` is true when nothing known fits. When unsure it lists
+        `questions` (`fact`, `question`, `options`): pass the user's replies as `answers` ({fact: value}) with the
+        same paste and the ranking is redone with them."""
         if not any(x.strip() for x in (text, log, config, question)):
             raise ValueError("nothing to diagnose: pass text (a log, config or command line) or a question")
+        if answers and (len(answers) > 32 or any(len(str(key)) > 100 or len(str(v)) > 200
+                                                 for key, v in answers.items())):
+            raise ValueError("answers: at most 32, with short keys and values")
         kb = state.get()
         fields = {"text": text, "log": log, "config": config, "question": question}
-        res = kb.diagnose(**{f: v for f, v in fields.items() if v.strip()}, k=max(1, min(int(k), 10)))
+        res = kb.diagnose(**{f: v for f, v in fields.items() if v.strip()}, k=max(1, min(int(k), 10)),
+                          answers=dict(answers) if answers else None)
         return res.model_dump(mode="json")
 
     @server.tool()

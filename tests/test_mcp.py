@@ -100,6 +100,29 @@ def test_diagnose_ask_show_and_errors(params):
     assert is_error(empty) and "nothing to diagnose" in empty.content[0].text
 
 
+def test_questions_are_answered_by_calling_diagnose_again_with_answers(params):
+    vague = ("Qwen3 SFT with ZeRO++ (zero_hpz_partition_size 4): after resuming from a checkpoint the training curve "
+             "looks wrong, see screenshot")
+
+    async def fn(s):
+        return (await s.call_tool("diagnose", {"text": vague}),
+                await s.call_tool("diagnose", {"text": vague, "answers": {"symptom": "nan"}}),
+                await s.call_tool("diagnose", {"text": vague, "answers": {"symptom": "weird"}}))
+
+    first, answered, refused = run(params, fn)
+    from kb.kb import KnowledgeBase
+
+    kb = KnowledgeBase.open(data_dir=params.env["KB_DATA_DIR"], incidents_dir=params.env["KB_INCIDENTS_DIR"])
+    d = _payload(first)
+    assert d["abstained"] and [q["fact"] for q in d["questions"]] == ["symptom"], d
+    want = kb.diagnose(text=vague, k=3, answers={"symptom": "nan"})
+    a = _payload(answered)
+    assert [(x["category"], x["confidence"]) for x in a["diagnoses"]] == [(x.category, x.confidence)
+                                                                           for x in want.diagnoses]
+    assert a["diagnoses"][0]["category"] == "framework-bug" and a["facts"]["symptom"]["source"] == "answer"
+    assert is_error(refused) and "symptom takes one or more of" in refused.content[0].text
+
+
 def test_run_repro_with_the_users_settings(params):
     async def fn(s):
         return await s.call_tool("run_repro", {"incident_id": "ms-swift-dpo-sp-nll-nan", "config": CONFIG,
