@@ -1547,3 +1547,14 @@ def test_raw_thread_openings_sixth_round(text, key, value):
 ])
 def test_raw_thread_openings_seventh_round(text, key, value):
     assert values(text).get(key) == value
+
+
+@pytest.mark.parametrize("text,key,value", [
+    # a bare batch_size beside a micro-batch is the global batch (alpaca-lora's finetune.py)
+    ("--batch_size=384 --micro_batch_size=12 loss nan", "micro_batch_size", 12),
+    ("python finetune.py --base_model x --micro_batch_size 4 --batch_size 128", "micro_batch_size", 4),
+    ("--batch_size 16 --lr 1e-5", "micro_batch_size", 16),
+    ("batch_size: 8\nper_device_train_batch_size: 2", "micro_batch_size", 2),
+])
+def test_raw_thread_openings_eighth_round(text, key, value):
+    assert values(text).get(key) == value

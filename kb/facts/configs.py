@@ -196,6 +196,11 @@ def _line_value(v: str, sep: str) -> str | None:
     return _clean_value(v)
 
 
+# A bare batch size: per device in a Trainer, but the global batch where the same paste also sets a micro-batch
+# (alpaca-lora's and nanoGPT-style `--batch_size 128 --micro_batch_size 4`, OpenRLHF's train_batch_size aside).
+_LOOSE_BATCH = re.compile(r"-{0,2}batch[_-]size", re.IGNORECASE)
+
+
 def _set_config(facts: Facts, raw_key: str, raw_value: Any, n: int, detail: str, source: str, kind: str = "config",
                 fix: bool = False) -> str | None:
     if isinstance(raw_value, str) and "$" in raw_value:
@@ -214,6 +219,13 @@ def _set_config(facts: Facts, raw_key: str, raw_value: Any, n: int, detail: str,
         if key in ("precision", "weights_dtype") and value in ("bf16", "fp32"):
             facts.set("working_dtype", value, "text", n, detail, source)
         return key
+    loose = key == "micro_batch_size" and _LOOSE_BATCH.fullmatch(raw_key.strip()) is not None
+    old = facts.get(key)
+    if old is not None and key in facts.loose and not loose and old.kind == kind:
+        facts.items.pop(key)  # `--batch_size 128 --micro_batch_size 4` (alpaca-lora): the per-device one is 4
+        facts.loose.discard(key)
+    if loose and old is None:
+        facts.loose.add(key)
     facts.set(key, value, kind, n, detail, source)
     if key == "deepspeed_config":
         m = _DS_STAGE.search(str(value).rsplit("/", 1)[-1])

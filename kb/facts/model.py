@@ -34,6 +34,9 @@ class Facts:
     # Evidence for each element of a list fact (element -> Fact), so every metric / error names its line.
     elements: dict[str, dict[str, Fact]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # Scalar keys whose value came from a key that often means something wider (a bare `batch_size`, often the
+    # global batch): a specific key for the same fact from the same kind of evidence replaces it (kb.facts.configs).
+    loose: set[str] = field(default_factory=set)
 
     def set(self, key: str, value: Any, kind: str, line: int | None, detail: str, source: str = "text") -> None:
         if value is None:
