@@ -25,7 +25,7 @@ from kb.index import bundle as index_bundle
 from kb.index import fusion
 from kb.records import Incident
 from kb.store import RecordStore, record_sha
-from kb.tokenize import detect_lang, tokenize
+from kb.tokenize import paste_lang, tokenize
 
 # Abstain in `ask` when neither signal is convincing (calibrated in README, "Abstention").
 MIN_DENSE = 0.35
@@ -417,7 +417,7 @@ class KnowledgeBase:
         if not question or not question.strip():
             raise InputError("empty question")
         question = check_text(question, "question")
-        lang = detect_lang(question)
+        lang = paste_lang(question)  # as the diagnosis below reads it: one language for the whole answer
         # The diagnosis below searches with RETRIEVAL_K: asking for as many here lets it reuse this search.
         from kb.diagnose.engine import RETRIEVAL_K
 

@@ -175,8 +175,21 @@ def paste_lang(text: str) -> str:
     or log (which outweighs it in letters) is a Chinese report. Lines with a fair share of CJK are the prose; a few
     CJK characters inside machine output (a file path, a dataset name) are not."""
     prose = sum(len(m) for line in text.splitlines() if cjk_ratio(line) > 0.2 for m in _CJK_RUN.findall(line))
+    if prose >= 6:
+        return "zh"
+    # A short question counts English terms as words, not letters: "用 Qwen2.5-7B-Instruct 做 DPO，loss 变成 nan" has
+    # 4 Chinese characters against 23 letters, but they are 4 against 6 words, and its writer reads Chinese.
+    if len(text) <= 300:
+        words = _MACHINE_TOKEN.sub(" ", text)  # a path's or a quoted string's Chinese is data, not the writer's
+        cjk = sum(len(m) for m in _CJK_RUN.findall(words))
+        if cjk >= 2 and cjk > 0.25 * (cjk + len(_LATIN_WORD.findall(text))):
+            return "zh"
     # a link's letters are nobody's words: "微调过程中loss=nan" above a screenshot's long URL is a Chinese report
-    return "zh" if prose >= 6 else detect_lang(_URL.sub(" ", text) if "://" in text else text)
+    return detect_lang(_URL.sub(" ", text) if "://" in text else text)
+
+
+_LATIN_WORD = re.compile(r"[A-Za-z]+")
+_MACHINE_TOKEN = re.compile(r"\S*[/\\]\S*|'[^'\n]{0,200}'|\"[^\"\n]{0,200}\"")
 
 
 _URL = re.compile(r"https?://[^\s)\]>\"']{1,2000}")

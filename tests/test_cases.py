@@ -528,9 +528,10 @@ def test_a_mechanism_named_on_resemblance_alone_asks_what_would_confirm_it(real_
 def test_ask_and_diagnose_agree_on_the_first_category(real_kb):
     for text in ("reward model lora loss 1.19e+34 grad_norm nan", "DPO NLL loss nan",
                  "SimPO loss nan when max_prompt_length equals max_length", "序列并行 DPO nll_loss 为 nan",
-                 "loss 突然变成 0 了", "KTO loss nan with vanilla_loss"):
+                 "loss 突然变成 0 了", "KTO loss nan with vanilla_loss", "用 Qwen2.5-7B-Instruct 做 DPO，loss 变成 nan"):
         a = real_kb.ask(text)
         d = real_kb.diagnose(question=text)
+        assert a.lang == d.lang, text  # and in one language
         if d.diagnoses and not d.abstained:
             assert a.results[0].category == d.diagnoses[0].category, text
     # A cause with no curated incident for the question leads `kb ask` as itself, its similar reports as sources.

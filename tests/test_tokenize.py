@@ -43,3 +43,8 @@ def test_paste_lang_is_the_language_of_the_reporters_own_words():
     shot = "![image](https://user-images.githubusercontent.com/16174341/225230965-b3cb1226-7dfe-463c-b236-8e2dafc1e26e.png)"
     assert paste_lang("微调过程中loss=nan\n" + shot) == "zh"
     assert paste_lang("loss is nan after step 3\n" + shot) == "en"
+    # a short Chinese question full of English terms: its words are Chinese (4 characters against 6 English words)
+    assert paste_lang("用 Qwen2.5-7B-Instruct 做 DPO，loss 变成 nan") == "zh"
+    # ... but Chinese inside a quoted string or a path is data
+    assert paste_lang('{"instruction": "你好啊", "output": "x"} loss nan at step 3') == "en"
+    assert paste_lang("Qwen2-7B-Instruct 推理 probability tensor contains either inf") == "en"
