@@ -114,6 +114,20 @@ def test_a_cause_with_no_curated_incident_is_a_record_too(url, lib):
     assert top["metadata"]["sources"] and all(u.startswith("https://") for u in top["metadata"]["sources"])
 
 
+def test_an_unsure_answer_tells_the_app_which_questions_to_ask(url, lib):
+    q = "用 Qwen2.5-7B-Instruct 做 DPO，loss 变成 nan"
+    res = lib(q, k=3)
+    assert res.questions and not res.abstained, res  # a differential: kb is not sure which mechanism it is
+    records = post(url, ours(q, top_k=3)).json()["records"]
+    top = records[0]
+    assert top["metadata"]["questions"] == [x.question for x in res.questions]
+    assert "请用户回答下面的问题" in top["content"] and res.questions[0].question in top["content"]
+    assert all("questions" not in r["metadata"] for r in records[1:])
+    sure = answerable(lib)
+    if not lib(sure, k=3).questions:
+        assert "questions" not in post(url, ours(sure, top_k=3)).json()["records"][0]["metadata"]
+
+
 def test_nothing_fits_gives_an_empty_list(url, lib):
     assert lib("how do I bake sourdough bread at home").abstained
     r = post(url, ours("how do I bake sourdough bread at home"))

@@ -120,4 +120,18 @@ async def retrieval(request: Request, settings: SettingsDep, kb: Annotated[objec
                               metadata={"id": r.id, "category": r.category, "framework": r.framework,
                                         "algorithm": r.algorithm, "url": urls[0] if urls else "",
                                         "sources": urls, "repro": r.repro, "lang": res.lang}))
-    return RetrievalResponse(records=records[:setting.top_k])
+    records = records[:setting.top_k]
+    if records and res.questions:
+        # kb is unsure: the app's LLM is told which questions would settle it, so it can ask the user; an answer
+        # said in the conversation's next message is read from it like any paste.
+        head = records[0]
+        head.content += "\n" + _questions(res.questions, res.lang)
+        head.metadata["questions"] = [q.question for q in res.questions]
+    return RetrievalResponse(records=records)
+
+
+def _questions(questions, lang: str) -> str:
+    intro = ("kb 还不能确定原因；请用户回答下面的问题来区分候选原因：" if lang == "zh"
+             else "kb is not sure yet; ask the user these questions to tell the candidates apart:")
+    return "\n".join([intro, *(f"- {q.question}" + (f" ({' / '.join(q.options)})" if q.options else "")
+                                for q in questions)])
