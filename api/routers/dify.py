@@ -122,8 +122,8 @@ async def retrieval(request: Request, settings: SettingsDep, kb: Annotated[objec
                                         "sources": urls, "repro": r.repro, "lang": res.lang}))
     records = records[:setting.top_k]
     if records and res.questions:
-        # kb is unsure: the app's LLM is told which questions would settle it, so it can ask the user; an answer
-        # said in the conversation's next message is read from it like any paste.
+        # kb is unsure: the app's LLM is told which questions would settle it, so it can ask the user (a query
+        # that repeats the report with the answers in it is read like any paste).
         head = records[0]
         head.content += "\n" + _questions(res.questions, res.lang)
         head.metadata["questions"] = [q.question for q in res.questions]
