@@ -713,7 +713,8 @@ MODEL_NAMES = {
 MODEL_NAMES_NEED_VERSION = {"glm", "yi", "phi", "opt", "bloom", "falcon"}
 
 # GPU names in env dumps and prose; the ones without bf16 support make fp16 the only half precision.
-GPU_MODELS = (r"V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A6000|L40S?|L4|L20|A40|GB[23]00|GH200|B[12]00|"
+GPU_MODELS = (r"V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A[2456]000|A4500|L40S?|L4|L20|A40|GB[23]00|GH200|"
+              r"B[12]00|"
               r"(?i:[ahv]100|[ah]800|h200?)|"  # typed in lower case: "2 a800 GPU", "使用h20卡"
               r"(?:RTX|GeForce(?: RTX)?)\s?[2345]0[6789]0(?:\s?Ti)?(?:\s?SUPER)?|(?:Ascend\s?)?910B[A-Za-z0-9]*|MI\s?\d{3}X?|"
               r"TITAN\s?(?:V|RTX|Xp?)\b|GTX\s?1080")
@@ -723,8 +724,10 @@ GPU_MODELS = (r"V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A6000|L40S?|
 # "8xH100", "4x8H200" put the name right after a count; "2080ti" is a card with or without "RTX".
 GPU_NAME = re.compile(rf"(?:(?<![A-Za-z0-9_])|(?<=\d[xX×])|(?<=[xX×*]\d))(?P<gpu>{GPU_MODELS}|"
                       rf"[2345]0[6789]0\s?[Tt][Ii](?![A-Za-z])|"
-                      rf"(?:(?<=[张块卡台*×xX])|(?<=[张块卡台*×xX]\s)|(?<=NVIDIA )|(?<=single ))[2345]0[6789]0(?:\s?Ti|D)?|"
-                      rf"[2345]0[6789]0(?:\s?Ti|D)?(?=\s?(?:显卡|GPU)))(?![A-Za-z0-9_])")
+                      rf"(?:(?<=[张块卡台*×xX])|(?<=[张块卡台*×xX]\s)|(?<=NVIDIA )|(?<=single )|(?<=[Oo]ne )|(?<=[Tt]wo )|"
+                      rf"(?<=[Ff]our )|(?<=[Ee]ight ))[2345]0[6789]0(?:\s?Ti|D)?|"
+                      rf"[2345]0[6789]0(?:\s?Ti|D)?(?=\s?(?:显卡|GPU)))s?(?![A-Za-z0-9_])")
+# ("8 A100s", "two 4090s": a plural is the card too; a bare "4090" after a count word, "One 4090, axolotl, ...")
 # (A bare "3090" is not enough: step counters and sample counts look the same.)
 GPU_WITHOUT_BF16 = re.compile(r"V100|T4|P100|P40|TITAN\s?(?:V|RTX|Xp?)\b|1080|20[6789]0", re.IGNORECASE)
 

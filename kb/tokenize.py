@@ -189,7 +189,7 @@ def paste_lang(text: str) -> str:
 
 
 _LATIN_WORD = re.compile(r"[A-Za-z]+")
-_MACHINE_TOKEN = re.compile(r"\S*[/\\]\S*|'[^'\n]{0,200}'|\"[^\"\n]{0,200}\"")
+_MACHINE_TOKEN = re.compile(r"\S{0,100}[/\\]\S{0,100}|'[^'\n]{0,200}'|\"[^\"\n]{0,200}\"")
 
 
 _URL = re.compile(r"https?://[^\s)\]>\"']{1,2000}")

@@ -1555,6 +1555,25 @@ def test_raw_thread_openings_seventh_round(text, key, value):
     ("python finetune.py --base_model x --micro_batch_size 4 --batch_size 128", "micro_batch_size", 4),
     ("--batch_size 16 --lr 1e-5", "micro_batch_size", 16),
     ("batch_size: 8\nper_device_train_batch_size: 2", "micro_batch_size", 2),
+    # forum posts and blog write-ups (2026-12-07, eighteenth session)
+    ("TRL hardcodes `use_cache=False`, which breaks Gemma 4's KV-sharing attention.", "sequence_parallel", None),
+    ("ring attention on, loss nan", "sequence_parallel", True),
+    ("The 4-bit quantization in QLoRA adds error that plain full-precision LoRA does not have. Loss goes nan.",
+     "precision", None),
+    ("training in full precision, loss nan", "precision", "fp32"),
+    ("DPO training with trl DPOTrainer using adamw_8bit optimizer, loss is nan", "optim", "adamw_8bit"),
+    ("I use the adamw_torch_fused optimizer and the loss is nan", "optim", "adamw_torch_fused"),
+    ("not using paged_adamw_8bit, loss nan", "optim", None),
+    ("One 4090, axolotl, qLoRA, 4-bit, batch size 1. Loss is nan.", "gpu", "RTX 4090"),
+    ("One 4090, axolotl, qLoRA, 4-bit, batch size 1. Loss is nan.", "num_gpus", 1),
+    ("two 4090s, loss nan", "num_gpus", 2),
+    ("at step 4090 loss nan", "gpu", None),
+    ("the 2080s", "gpu", None),
+    ("8 A100s, loss is nan", "gpu", "A100"),
+    ("8 A100s, loss is nan", "num_gpus", 8),
+    ("two A100s, loss is nan", "num_gpus", 2),
+    ("8 A4000s split 4/4 between a vLLM generation server and DDP training", "gpu", "A4000"),
+    ("RTX A4000, loss is nan", "gpu", "A4000"),
 ])
 def test_raw_thread_openings_eighth_round(text, key, value):
     assert values(text).get(key) == value

@@ -45,7 +45,7 @@ _MODEL_HALF = re.compile(r"model\s+(?:(?:is|was|being)\s+)?(?:(?:run|held|kept|s
 _SETTING_AFTER = re.compile(r"[\"']?\s*[:=]")
 _SETTING_BEFORE = re.compile(r"(?:--|[=.\"'])$")
 _CLAUSE = re.compile(r"[^.。;；!?！？\n]+(?:[.。;；!?！？]|$)")
-_SP = re.compile(r"sequence[ _-]parallel|序列并行|ring[ _-]?attn|ring[ _-]attention|ulysses|context[ _-]parallel|"
+_SP = re.compile(r"sequence[ _-]parallel|序列并行|(?<![A-Za-z])ring[ _-]?(?:attn|attention)|ulysses|context[ _-]parallel|"
                  # described without its name: "each sample is split across GPUs", "一条样本被切分到多张卡上"
                  # (one sample cut into pieces; "samples are split between ranks" is data parallelism)
                  r"\b(?:each|a|one|every|the|a single)\s+(?:sample|sequence)\s+(?:is\s+|gets\s+)?(?:split|sharded|partitioned)"
@@ -587,6 +587,12 @@ def _empty_field(lines: list[tuple[int, str]], n: int, s: str) -> bool:
     return not (nxt and len(nxt) - len(nxt.lstrip()) > indent)
 
 
+# A quantized run (QLoRA, 4-bit) set against its unquantized counterpart, named by "full-precision" + the thing.
+_FULL_PRECISION_OTHER = re.compile(r"[ \t]{1,3}(?:LoRA|model|baseline|weights|counterpart|version|checkpoint)s?\b",
+                                   re.IGNORECASE)
+_QUANTIZED = re.compile(r"qlora|(?<![A-Za-z0-9])(?:4|8)[- ]?bit|\bnf4\b|\bint[48]\b|bitsandbytes", re.IGNORECASE)
+
+
 def _part_of(clause: str, start: int, end: int) -> str:
     """The comma-delimited part of `clause` around [start, end): where a dtype's own verdict is said ("bf16 with ZeRO-0
     grows, normal with ZeRO-1" keeps bf16's verdict apart from ZeRO-1's)."""
@@ -611,6 +617,9 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                     continue
                 if _NEGATED_DTYPE.search(before):
                     continue  # "its default (non-bf16) precision", "非 bf16": not the run's dtype
+                if d == "fp32" and fold(m.group(1))[:4] == "full" and _FULL_PRECISION_OTHER.match(clause, m.end()) \
+                        and _QUANTIZED.search(s):
+                    continue  # "QLoRA adds error that plain full-precision LoRA does not have": the comparison
                 if _DTYPE_PAIR_BEFORE.search(before) or _DTYPE_PAIR_AFTER.match(clause, m.end()):
                     continue  # "NaN in training (fp16/bf16)": both named, neither is the run's
                 if _CANNOT_USE.search(before) or _NOT_SUPPORTED_AFTER.match(clause, m.end()):

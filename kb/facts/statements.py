@@ -232,6 +232,9 @@ _ZERO = [
     re.compile(r"ZeRO\s+([0-3])(?![0-9])"),
     re.compile(r"zero_optimization[\"']?\s*[:=]\s*\{[^{}]{0,200}?[\"']?stage[\"']?\s*[:=]\s*([0-3])"),
 ]
+# Hugging Face `optim` values said in prose: the underscored names are settings, not words.
+_OPTIM_NAME = re.compile(r"(?<![\w.-])((?:paged_)?(?:adamw|adam|lion)_(?:torch_fused|torch|hf|8bit|bnb_8bit|32bit|"
+                         r"apex_fused|anyprecision))(?![\w-])", re.IGNORECASE)
 _NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
                  "sixteen": 16, "一": 1, "两": 2, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8}
 # "8卡lora训练": a Chinese unit may run straight into the next word; an English one may not.
@@ -239,10 +242,11 @@ _NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
 _NUM_GPUS = re.compile(
     rf"(?<![A-Za-z\d.十百两一二三四五六七八九/-])(\d{{1,3}}|{'|'.join(_NUMBER_WORDS)})[ \t]*(?:个|张|块)?[ \t]*"
     rf"(?:[x×*][ \t]*)?(?:(?:NVIDIA|Nvidia|nvidia)[ \t]+)?(?:(?:{GPU_MODELS})[ \t]*)?"
-    rf"(?:(?:GPUs?|NPUs?|cards?|{GPU_MODELS})(?![A-Za-z0-9])|显?卡)", re.IGNORECASE)
+    rf"(?:(?:GPUs?|NPUs?|cards?|(?:{GPU_MODELS})s?)(?![A-Za-z0-9])|显?卡)", re.IGNORECASE)
 # Around a card's name (a GPU_NAME match): cards counted after it ("A800  80G *8 的机器"), nodes times cards before it
 # ("on 4x8H200").
 _COUNT_AFTER_GPU = re.compile(r"[ \t]{0,3}(?:\d{2,3}[ \t]?G[Bb]?)?[ \t]{0,3}[*x×][ \t]{0,3}(\d{1,3})(?![\d.])")  # bounded
+_WORD_BEFORE_BARE_CARD = re.compile(r"(?<![A-Za-z])(one|two|four|eight|single) $", re.IGNORECASE)
 _NODES_TIMES_BEFORE_GPU = re.compile(r"(?<![\d.])(\d{1,2})[ \t]?[xX×*][ \t]?(\d{1,2})[ \t]?$")
 _VERSION = re.compile(
     r"(?<![A-Za-z0-9_-])(PyTorch|torch|DeepSpeed|transformers?|trl|flash[-_ ]?attn|flash[-_ ]?attention|ms-swift|swift|"
@@ -272,6 +276,11 @@ def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
                     out.append(Finding("precision", value, _snippet(text, m.start(), m.end()), "prose", m.start()))
         if re.search(r"\.half\(\)", text):
             out.append(Finding("weights_dtype", "fp16", ".half()", "prose", text.find(".half()")))
+    if not recommendation:
+        for m in hay.gate(_OPTIM_NAME).finditer(text):  # "DPOTrainer using adamw_8bit optimizer"
+            clause = _clause_before(text, m.start())
+            if not (_DISABLE.search(clause[-10:]) or SUPPOSED.search(clause)):
+                out.append(Finding("optim", m.group(1).lower(), _snippet(text, m.start(), m.end()), "prose", m.start()))
     for pat in _ZERO:
         for m in hay.gate(pat).finditer(text):
             if _DISABLE.search(_clause_before(text, m.start())[-14:]) or _NOT_USER.search(text, max(0, m.start() - 14),
@@ -289,6 +298,10 @@ def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
             c = _COUNT_AFTER_GPU.match(text, m.end())
             if c:  # "A800  80G *8 的机器"
                 out.append(Finding("num_gpus", int(c.group(1)), _snippet(text, m.start(), c.end()), "prose", m.start()))
+            c = _WORD_BEFORE_BARE_CARD.search(text, max(0, m.start() - 7), m.start())
+            if c and m.group("gpu")[:1].isdigit():  # "One 4090, axolotl": the bare card counted by a word
+                n = _NUMBER_WORDS.get(c.group(1).lower(), 1)
+                out.append(Finding("num_gpus", n, _snippet(text, c.start(), m.end()), "prose", c.start()))
             c = _NODES_TIMES_BEFORE_GPU.search(text, max(0, m.start() - 8), m.start())
             if c:  # "on 4x8H200": 4 nodes of 8 cards
                 out.append(Finding("num_nodes", int(c.group(1)), _snippet(text, c.start(), m.end()), "prose", c.start()))
