@@ -62,7 +62,7 @@ FACTS: tuple[FactSpec, ...] = (
              "DeepSpeed ZeRO stage"),
     FactSpec("overlap_comm", "bool", ("overlap_comm", "zero_optimization.overlap_comm"), "DeepSpeed overlap_comm"),
     FactSpec("num_gpus", "int", ("num_gpus", "nproc_per_node", "gpus", "n_gpus", "world_size", "trainer.n_gpus_per_node",
-                                 "num_gpus_per_node", "gpus_per_node", "gpu_number", "gpu number", "gpu_count"),
+                                 "num_gpus_per_node", "gpus_per_node", "gpu_number", "gpu number", "gpu_count", "num_processes"),
              "GPUs per node"),
     FactSpec("num_nodes", "int", ("num_nodes", "nnodes", "trainer.nnodes"), "nodes"),
     # --- lengths ---------------------------------------------------------------------------------------
@@ -131,7 +131,7 @@ FACTS: tuple[FactSpec, ...] = (
               "batch_size_training", "train_micro_batch_size_per_gpu", "ppo_micro_batch_size_per_gpu"),
              "per-device micro-batch size"),
     FactSpec("gradient_accumulation_steps", "int", ("gradient_accumulation_steps", "grad_accum", "accumulative_counts",
-                                                    "grad_accum_steps"),
+                                                    "grad_accum_steps", "accumulation_steps"),
              "gradient accumulation steps"),
     FactSpec("max_grad_norm", "float", ("max_grad_norm", "gradient_clipping", "grad_clip", "clip_grad"), "clipping"),
     FactSpec("optim", "str", ("optim", "optimizer", "optimizer.type"), "optimizer"),
@@ -193,6 +193,13 @@ PRECISION_FLAGS: dict[str, tuple[str, str]] = {
     "bfloat16.enabled": ("precision", "bf16"), "amp.enabled": ("precision", "fp16"),
     "fp16_full_eval": ("precision", "fp16"), "pure_bf16": ("precision", "bf16"),
 }
+
+# FP8 training switches and the formats they take; FP8 GEMMs run beside bf16 weights, so the run is an FP8 run even
+# where `--bf16` is also given (kb.facts.configs lets fp8 replace a bf16 of the same kind).
+FP8_SWITCHES = frozenset({"fp8", "fp8_format", "fp8_hybrid", "fp8_e4m3", "fp8_recipe", "fp8_training", "use_fp8",
+                          "transformer_engine.fp8", "model.fp8"})
+FP8_FORMATS = frozenset({"hybrid", "e4m3", "e5m2", "mxfp8", "delayed", "tensorwise", "blockwise", "current",
+                         "rowwise", "te"})
 
 # Lightning / litgpt precision strings -> (compute, weights) dtypes: "-mixed" is autocast over fp32 weights,
 # "-true" keeps the weights themselves in that dtype.
@@ -367,6 +374,12 @@ _NOT_AN_OPTIMIZER = frozenset({"not", "none", "null", "nil", "the", "a", "an", "
 
 def canonical(raw_key: str, value: Any) -> tuple[str, Any] | None:
     """(canonical key, normalised value) or None when the key is unknown or the value unusable."""
+    if _clean_key(raw_key) in FP8_SWITCHES:
+        # Megatron / TransformerEngine / NeMo: `--fp8-format hybrid`, `--fp8-hybrid`, `fp8: e4m3` (a switch set off,
+        # `fp8: null` / `False`, says nothing)
+        said = str(value).strip().strip("'\"").lower()
+        on = parse_bool(value) is True or said in FP8_FORMATS
+        return ("precision", "fp8") if on else None
     flag = PRECISION_FLAGS.get(_clean_key(raw_key))
     if flag is not None:
         # `fp16: false` says nothing about what is used; `fp16: auto` leaves it to another file.
@@ -457,7 +470,7 @@ PACKAGES: dict[str, str] = {
     "openrlhf": "framework_version", "xtuner": "framework_version", "llamafactory": "framework_version",
     "llama-factory": "framework_version", "llama_factory": "framework_version", "verl": "framework_version",
     "unsloth": "framework_version", "paddlenlp": "framework_version", "axolotl": "framework_version",
-    "torchtune": "framework_version",
+    "torchtune": "framework_version", "colossalai": "framework_version",
 }
 
 
@@ -497,6 +510,7 @@ PROSE_LABELS: dict[str, str] = {
     "上下文长度": "max_length", "max length": "max_length", "maximum length": "max_length",
     "max sequence length": "max_length", "maximum sequence length": "max_length", "sequence length": "max_length",
     "max seq length": "max_length", "max context length": "max_length", "context length": "max_length",
+    "seqlen": "max_length", "seq len": "max_length", "seq length": "max_length", "max seqlen": "max_length",
     "最大提示长度": "max_prompt_length", "提示最大长度": "max_prompt_length", "最大prompt长度": "max_prompt_length",
     "max prompt length": "max_prompt_length", "maximum prompt length": "max_prompt_length",
     "最大响应长度": "max_completion_length", "最大生成长度": "max_completion_length",

@@ -1574,6 +1574,21 @@ def test_raw_thread_openings_seventh_round(text, key, value):
     ("two A100s, loss is nan", "num_gpus", 2),
     ("8 A4000s split 4/4 between a vLLM generation server and DDP training", "gpu", "A4000"),
     ("RTX A4000, loss is nan", "gpu", "A4000"),
+    # less-covered frameworks' issues (ColossalAI, OpenRLHF, torchtitan, Megatron, open-r1, ms-swift, axolotl)
+    ("torchrun train_sft.py --accumulation_steps 8", "gradient_accumulation_steps", 8),
+    ("colossalai=0.3.3", "framework_version", "0.3.3"),
+    ("But when training one step, the loss becomes NAN.", "first_bad_step", 1),
+    ("after the first step the loss is nan", "first_bad_step", 1),
+    ("after two steps loss is nan", "first_bad_step", 2),
+    ("after one step of warmup the loss is fine", "first_bad_step", None),
+    ("The loss hits NaN around 80 iters in.", "first_bad_step", 80),
+    ("The run crashed due to NaN's for the loss.", "nan_metrics", ["loss"]),
+    ("--bf16 \\\n--fp8-format hybrid \\\n--transformer-impl transformer_engine", "precision", "fp8"),
+    ("--fp8-hybrid --bf16", "precision", "fp8"),
+    ("fp8: null\nbf16: true", "precision", "bf16"),
+    ("# Num processes is less by 1 as vLLM is using 1 GPU\nnum_processes: 4", "num_gpus", 4),
+    ("NPROC_PER_NODE=8 megatron sft --model Qwen/Qwen3-8B --train_type lora", "framework", "ms-swift"),
+    ("Train loss stays at 0.0 at micro_batch_size=1 and a seqlen of 2048", "max_length", 2048),
 ])
 def test_raw_thread_openings_eighth_round(text, key, value):
     assert values(text).get(key) == value

@@ -43,6 +43,8 @@ _QUOTED_ARG = re.compile(r"^\s*[\"'](?P<m>[^\"']+)[\"']\s*,?\s*(?:#.*)?$")
 _AUTOCAST = re.compile(r"autocast\([^)]*dtype\s*=\s*torch\.(?P<d>float16|half|bfloat16)|GradScaler\(", re.IGNORECASE)
 _LAUNCHERS = ("swift", "deepspeed", "torchrun", "accelerate", "python", "python3", "llamafactory-cli", "xtuner",
               "trl", "bash", "sh", "srun", "ray", "openrlhf", "colossalai", "tune", "axolotl")
+# ms-swift's Megatron-SWIFT installs a `megatron` command: `megatron sft --model Qwen/Qwen3-8B ...`
+_SWIFT_MEGATRON = re.compile(r"megatron (?:sft|pt|rlhf|export|rlhf_type)\b", re.IGNORECASE)
 _ENV_ASSIGN = re.compile(r"^[A-Z_][A-Z0-9_]*=\S*$")
 _WRAPPERS = {"nohup": 1, "exec": 1, "time": 1, "poetry": 2, "uv": 2, "pipenv": 2}  # `poetry run python -m ...`
 
@@ -221,6 +223,8 @@ def _set_config(facts: Facts, raw_key: str, raw_value: Any, n: int, detail: str,
         return key
     loose = key == "micro_batch_size" and _LOOSE_BATCH.fullmatch(raw_key.strip()) is not None
     old = facts.get(key)
+    if key == "precision" and value == "fp8" and old is not None and old.value == "bf16" and old.kind == kind:
+        facts.items.pop(key)  # `--bf16 --fp8-format hybrid`: FP8 GEMMs beside bf16 weights; the run is FP8
     if old is not None and key in facts.loose and not loose and old.kind == kind:
         facts.items.pop(key)  # `--batch_size 128 --micro_batch_size 4` (alpaca-lora): the per-device one is 4
         facts.loose.discard(key)
@@ -557,7 +561,8 @@ def logical_commands(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
         while i < len(toks) and _ENV_ASSIGN.match(toks[i]):
             i += 1
         i = _unwrap(toks, i)
-        if i < len(toks) and (toks[i].lower() in _LAUNCHERS or toks[i].endswith(".py") or toks[i].endswith(".sh")):
+        if i < len(toks) and (toks[i].lower() in _LAUNCHERS or toks[i].endswith(".py") or toks[i].endswith(".sh")
+                              or _SWIFT_MEGATRON.match(" ".join(toks[i:i + 2]))):
             out.append((start, joined))
     if buf:
         out.append((start, " ".join(x.strip() for x in buf)))
@@ -595,7 +600,7 @@ def command(n: int, cmd: str, facts: Facts, source: str, shell: dict[str, tuple[
         if name:
             facts.set("algorithm", name, kind, n, detail, source)
 
-    if head == "swift":
+    if head == "swift" or _SWIFT_MEGATRON.match(joined):  # `megatron sft`: ms-swift's Megatron-SWIFT command
         fw("ms-swift")
         sub = lowered[1] if len(lowered) > 1 else ""
         algo({"sft": "SFT", "pt": "pretrain"}.get(sub))

@@ -100,7 +100,7 @@ _PROSE_METRIC_THEN = re.compile(
     r"fell)[ \t]{1,3}to[ \t]{1,3}|becomes?[ \t]{1,3}|became[ \t]{1,3}|turn(?:s|ed)?[ \t]{1,3}(?:in)?to[ \t]{1,3})[ \t]{0,3}"
     r"(?P<v>" + _BAD_VALUE + r")(?![A-Za-z0-9_.])", re.IGNORECASE)
 _ZH_METRIC = (("梯度", "grad_norm"), ("损失", "loss"), ("奖励", "reward"), ("kl", "kl"))
-_PROSE_METRIC_REV = re.compile(r"(?<![A-Za-z0-9_])(?P<v>nan|NaN|inf|Inf)s?\b['\"`”’]?\s*(?:values?\s*)?(?:in|for|of|on)\s+"
+_PROSE_METRIC_REV = re.compile(r"(?<![A-Za-z0-9_])(?P<v>nan|NaN|inf|Inf)(?:s|['’]s)?\b['\"`”’]?\s*(?:values?\s*)?(?:in|for|of|on)\s+"
                                r"(?:(?:the|both|local|global|total)\s+)*(?:grad(?:ient)?\s+(?=norm))?"
                                r"(?:(?:validation|evaluation|eval|val|training|train|test)\s+(?=loss))?"
                                r"(?P<m>" + _METRIC_NAME + r")", re.IGNORECASE)
@@ -197,6 +197,10 @@ _AT_STEP = re.compile(r"\b(?:(?:at|from|since|starting (?:at|from)|on|after|arou
                       r"(?:the )?(?:step|iteration|iter)(?: ?= ?| )(\d{1,3}(?:,\d{3}){1,2}(?!\d)|\d{1,7})|"
                       r"after (?:about |around |roughly |approximately |~ ?)?(\d{1,3}(?:,\d{3}){1,2}|\d{1,7}) (?:training )?"
                       r"(?:steps|iterations|iters))\b|"
+                      # "after one step", "after the first step", "when training one step", "around 80 iters in"
+                      r"\b(?:after|training) (?:(?:the )?(first|1st)|(one|two|three|four|five|ten|1)) (?:training )?"
+                      r"(?:steps?|iterations?|iters?)\b|"
+                      r"\b(?:around|about|roughly|approximately|~) ?(\d{1,7}) (?:steps|iterations|iters) in\b|"
                       r"从?第\s*(\d{1,7}|[一二三四五六七八九十两]{1,3})\s*(?:步|个\s*step|次迭代)\s*(?:开始|起|就|时|后|之后|以后)|"
                       r"(?:训练|跑)了?\s*(\d{1,7})\s*[多余]?\s*(?:步|个\s*steps?|次迭代)\s*(?:之后|以后|后)|"
                       # "大约 20 多步后 loss 开始为 nan" (not "每 100 步后": a period, not a moment)
@@ -205,13 +209,16 @@ _AT_STEP = re.compile(r"\b(?:(?:at|from|since|starting (?:at|from)|on|after|arou
                       r"(?:训练|跑)?到\s*第?\s*(\d{1,7})\s*[多余]?\s*(?:步|个?\s*(?:iter|step)s?(?![A-Za-z0-9_])|次迭代)|"
                       # "训练到 step 205 左右出现 nan", "在step205左右nan"
                       r"(?:训练|跑|在)到?\s*(?:step|iter(?:ation)?)\s*(\d{1,7})", re.IGNORECASE)
+_EN_STEPS = {"first": 1, "1st": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "ten": 10}
 _CN_DIGITS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 
 
 def _step_number(word: str) -> int | None:
     """'12' -> 12, '8,000' -> 8000; '二' -> 2, '十二' -> 12, '二十' -> 20 (the step numbers a sentence writes in
     Chinese)."""
-    word = word.replace(",", "")
+    word = word.replace(",", "").lower()
+    if word in _EN_STEPS:
+        return _EN_STEPS[word]
     if word.isdigit():
         return int(word)
     if "十" in word:
