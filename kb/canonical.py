@@ -164,7 +164,7 @@ FACTS: tuple[FactSpec, ...] = (
     FactSpec("per_gpu_mini_batch_size", "int", (),
              "verl: sequences per data-parallel rank in one PPO mini-batch (mini_batch_size * rollout.n / DP ranks)"),
     FactSpec("model_family", "str", ("model_family",), "model family (qwen2, llama, gemma2, internlm2 …)"),
-    FactSpec("deepspeed_config", "str", ("deepspeed", "deepspeed_config", "ds_config"),
+    FactSpec("deepspeed_config", "str", ("deepspeed", "deepspeed_config", "ds_config", "ds_file"),
              "DeepSpeed config file named on the command line"),
 )
 
@@ -703,7 +703,8 @@ DTYPE_OF_WORD = {"fp16": "fp16", "float16": "fp16", "half precision": "fp16", "h
 MODEL_FAMILIES = (
     # (a digit after the version is a size: "Gemma 27B", "Qwen 32B"; "Qwen25" is Qwen2.5)
     ("qwen3.5", r"qwen[-_ ]?3[._]5"), ("qwen2.5", r"qwen[-_ ]?2(?:[._]5|5(?!\d))"), ("qwen3", r"qwen[-_ ]?3(?!\d)"),
-    ("qwen2", r"qwen[-_ ]?2(?!\d)"), ("qwen", r"qwen"),
+    ("qwen2", r"qwen[-_ ]?2(?!\d)"), ("qwen2", r"qwen[-_ ]?1[._]5"),  # Qwen1.5 is the Qwen2 architecture
+    ("qwen", r"qwen"),
     ("llama4", r"llama[-_ ]?4(?![\d])"), ("llama3", r"llama[-_ ]?3(?![\d])"), ("llama2", r"llama[-_ ]?2(?![\d])"),
     ("tinyllama", r"tinyllama"), ("llava", r"llava"),
     ("llama", r"llama"), ("gemma2", r"gemma[-_ ]?2(?!\d|b\b)"), ("gemma3", r"gemma[-_ ]?3(?!\d)"),
@@ -740,8 +741,9 @@ GPU_NAME = re.compile(rf"(?:(?<![A-Za-z0-9_])|(?<=\d[xX×])|(?<=[xX×*]\d))(?P<g
                       rf"[2345]0[6789]0\s?[Tt][Ii](?![A-Za-z])|"
                       rf"(?:(?<=[张块卡台*×xX])|(?<=[张块卡台*×xX]\s)|(?<=NVIDIA )|(?<=single )|(?<=[Oo]ne )|(?<=[Tt]wo )|"
                       rf"(?<=[Ff]our )|(?<=[Ee]ight ))[2345]0[6789]0(?:\s?Ti|D)?|"
-                      rf"[2345]0[6789]0(?:\s?Ti|D)?(?=\s?(?:显卡|GPU)))s?(?![A-Za-z0-9_])")
-# ("8 A100s", "two 4090s": a plural is the card too; a bare "4090" after a count word, "One 4090, axolotl, ...")
+                      rf"[2345]0[6789]0(?:\s?Ti|D)?(?=\s?(?:显卡|GPU)|\s?[*×]\s?\d))s?(?![A-Za-z0-9_])")
+# ("8 A100s", "two 4090s": a plural is the card too; a bare "4090" after a count word, "One 4090, axolotl, ...",
+# or before a count, "3090*8")
 # (A bare "3090" is not enough: step counters and sample counts look the same.)
 GPU_WITHOUT_BF16 = re.compile(r"V100|T4|P100|P40|TITAN\s?(?:V|RTX|Xp?)\b|1080|20[6789]0", re.IGNORECASE)
 

@@ -1589,6 +1589,26 @@ def test_raw_thread_openings_seventh_round(text, key, value):
     ("# Num processes is less by 1 as vLLM is using 1 GPU\nnum_processes: 4", "num_gpus", 4),
     ("NPROC_PER_NODE=8 megatron sft --model Qwen/Qwen3-8B --train_type lora", "framework", "ms-swift"),
     ("Train loss stays at 0.0 at micro_batch_size=1 and a seqlen of 2048", "max_length", 2048),
+    # Chinese fine-tuning repositories (ChatGLM, Baichuan, Qwen, MedicalGPT, minimind, Pai-Megatron-Patch)
+    ("单张4090上使用ptuning文件夹里面的train.sh进行微调，loss一直是0", "num_gpus", 1),
+    ("单卡A100训练，loss为nan", "num_gpus", 1),
+    ("与单卡A100不一致", "num_gpus", None),
+    ("TP=4、PP=2 在两台 4090 机器上训练", "num_gpus", None),
+    ("使用一张4090显卡在windows上进行训练，bs=2，loss 为 0", "num_gpus", 1),
+    ("2张4090上训练，loss 为 nan", "num_gpus", 2),
+    ("两张3090训练，loss为nan", "num_gpus", 2),
+    ("8*4090 训练 loss nan", "num_gpus", 8),
+    ("我在3090*8上进行的微调，loss 为 nan", "gpu", "RTX 3090"),
+    ("我在3090*8上进行的微调，loss 为 nan", "num_gpus", 8),
+    ("deepspeed train.py --ds_file ds_zero3_no_offload.json ; loss: nan", "zero_stage", 3),
+    ("学习率为代码中默认的5e-7，训练到第二个epoch loss为nan", "learning_rate", 5e-7),
+    ("Deepseek V3 finetune 特别大的loss, 第二步 loss Nan", "first_bad_step", 2),
+    ("第20步loss变成nan", "first_bad_step", 20),
+    ("step 100 时 loss 变成 nan", "first_bad_step", 100),
+    ("每 100 步 loss 为 nan", "first_bad_step", None),
+    ("loss and grad_norm both become 0", "symptom", ["zero_loss", "zero_grad"]),
+    ("Qwen1.5-14B-Chat 全参数微调时loss降为0", "model_family", "qwen2"),  # Qwen1.5 is the Qwen2 architecture
+    ("``CUDA_VISIBLE_DEVICES=0 python3 supervised_finetuning.py --fp16", "num_gpus", 1),
 ])
 def test_raw_thread_openings_eighth_round(text, key, value):
     assert values(text).get(key) == value

@@ -554,6 +554,7 @@ def logical_commands(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
         if cont:
             continue
         joined = _QUOTED_COMMAND.sub(r"\1", " ".join(x.strip() for x in buf))
+        joined = joined.lstrip("`") if joined.startswith("``") else joined  # "``CUDA_VISIBLE_DEVICES=0 python3 ..."
         joined = _EXPORT_THEN.sub("", joined)
         buf = []
         toks = joined.split()

@@ -127,7 +127,7 @@ _TRAJECTORY = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")['\"]?\
 _GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes?(?: to)?|went(?: to)?|turns? (?:in)?to|turn(?:s|ed)?|"
                      # "the loss stays at 0", "grad_norm is stuck at nan"
                      r"(?:stays?|stayed|remains?|remained|(?:is |was |gets? |got )?stuck|sits?|sat|pinned) at|"
-                     r"stays?|remains?|always|keeps?|got|gets|shows?|reports?|of|to|equals?|=|:|：|一直|都|总|变|变为|"
+                     r"stays?|remains?|always|keeps?|got|gets|shows?|reports?|of|to|equals?|both|=|:|：|一直|都|总|变|变为|"
                      r"(?:to )?be|"  # "loss always be nan", "the loss seems to be nan"
                      r"(?:came|comes?|turned|turns?) out|"  # "the evaluation loss came out NaN"
                      r"(?:jump(?:s|ed)?|shoots?|shot|spike[sd]?|explode[sd]?|blows? up|blew up)\s+(?:up\s+)?to|"  # "jumps to NaN"
@@ -201,7 +201,9 @@ _AT_STEP = re.compile(r"\b(?:(?:at|from|since|starting (?:at|from)|on|after|arou
                       r"\b(?:after|training) (?:(?:the )?(first|1st)|(one|two|three|four|five|ten|1)) (?:training )?"
                       r"(?:steps?|iterations?|iters?)\b|"
                       r"\b(?:around|about|roughly|approximately|~) ?(\d{1,7}) (?:steps|iterations|iters) in\b|"
-                      r"从?第\s*(\d{1,7}|[一二三四五六七八九十两]{1,3})\s*(?:步|个\s*step|次迭代)\s*(?:开始|起|就|时|后|之后|以后)|"
+                      r"从?第\s*(\d{1,7}|[一二三四五六七八九十两]{1,3})\s*(?:步|个\s*step|次迭代)\s*(?:开始|起|就|时|后|之后|以后|"
+                      r"[,，]?\s*(?=loss|grad|梯度|损失))|"
+                      r"(?<![A-Za-z])step\s*(\d{1,7})\s*(?:时|的时候|之后|以后|后)|"
                       r"(?:训练|跑)了?\s*(\d{1,7})\s*[多余]?\s*(?:步|个\s*steps?|次迭代)\s*(?:之后|以后|后)|"
                       # "大约 20 多步后 loss 开始为 nan" (not "每 100 步后": a period, not a moment)
                       r"(?<![每\d])(?:大约|大概|约)\s*(\d{1,7})\s*[多余]?\s*(?:步|个\s*steps?|次迭代)\s*(?:之后|以后|后)|"
@@ -1068,7 +1070,7 @@ _PROSE_SPIKE_REV = re.compile(r"(?<![A-Za-z])spikes? (?:in|of|on) (?:the )?(?:[a
 # "学习率调到 5e-3 后 loss 变成 nan", "with a learning rate of 5e-4": the run's learning rate said in words (a fix cue
 # before it, "降到 2e-5 后正常", makes it the setting that worked instead).
 _PROSE_LR = re.compile(r"(?:learning[ _]rate|(?<![\w-])lr|学习率)\s*(?:is|was|of|at|set to|to|=|:|：|为|是|设为|设置为|设成|"
-                       r"调到|调成|提高到|增大到|改为|改成)\s*(?P<v>\d+(?:\.\d+)?(?:e-?\d+)?)(?![\w.])", re.IGNORECASE)
+                       r"调到|调成|提高到|增大到|改为|改成)\s*(?:(?:代码|脚本|配置|官方)中?的?)?(?:默认的?)?\s*(?P<v>\d+(?:\.\d+)?(?:e-?\d+)?)(?![\w.])", re.IGNORECASE)
 # The rest of the clause says that setting worked ("... to 1e-5 and it trains fine", "... 后训练正常").
 _WORKED = re.compile(r"[^\n,，。;；]{0,40}?(?:fine(?![- _]?tun)|normal(?!i[sz])|works?\b|worked|stable|solved|converg\w*|正常|好了|解决|稳定|收敛)",
                      re.IGNORECASE)

@@ -246,7 +246,11 @@ _NUM_GPUS = re.compile(
 # Around a card's name (a GPU_NAME match): cards counted after it ("A800  80G *8 的机器"), nodes times cards before it
 # ("on 4x8H200").
 _COUNT_AFTER_GPU = re.compile(r"[ \t]{0,3}(?:\d{2,3}[ \t]?G[Bb]?)?[ \t]{0,3}[*x×][ \t]{0,3}(\d{1,3})(?![\d.])")  # bounded
-_WORD_BEFORE_BARE_CARD = re.compile(r"(?<![A-Za-z])(one|two|four|eight|single) $", re.IGNORECASE)
+# A count right before a card: "One 4090", "2张4090", "两张3090", "8*4090", "单张4090", "单卡A100" (not "与单卡", nor
+# "两台 4090 机器": 台 counts machines).
+_COUNT_BEFORE_CARD = re.compile(r"(?:(?<![A-Za-z])(one|two|four|eight|single) |(?<![\d.])(\d{1,3}|[一两二三四五六七八])[ \t]?[张块]"
+                                r"[ \t]?|(?<![\d.])(\d{1,3})[ \t]?[*×][ \t]?|(?<![与和跟比同])(单)[张块卡]?[ \t]?)$", re.IGNORECASE)
+_NUMBER_WORDS_BEFORE = {"single": 1, "单": 1}
 _NODES_TIMES_BEFORE_GPU = re.compile(r"(?<![\d.])(\d{1,2})[ \t]?[xX×*][ \t]?(\d{1,2})[ \t]?$")
 _VERSION = re.compile(
     r"(?<![A-Za-z0-9_-])(PyTorch|torch|DeepSpeed|transformers?|trl|flash[-_ ]?attn|flash[-_ ]?attention|ms-swift|swift|"
@@ -298,10 +302,13 @@ def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
             c = _COUNT_AFTER_GPU.match(text, m.end())
             if c:  # "A800  80G *8 的机器"
                 out.append(Finding("num_gpus", int(c.group(1)), _snippet(text, m.start(), c.end()), "prose", m.start()))
-            c = _WORD_BEFORE_BARE_CARD.search(text, max(0, m.start() - 7), m.start())
-            if c and m.group("gpu")[:1].isdigit():  # "One 4090, axolotl": the bare card counted by a word
-                n = _NUMBER_WORDS.get(c.group(1).lower(), 1)
-                out.append(Finding("num_gpus", n, _snippet(text, c.start(), m.end()), "prose", c.start()))
+            c = _COUNT_BEFORE_CARD.search(text, max(0, m.start() - 7), m.start())
+            if c:  # "One 4090, axolotl", "2张4090", "单卡A100训练": the card counted right before its name
+                word = fold(next(g for g in c.groups() if g))
+                n = _NUMBER_WORDS.get(word) or _NUMBER_WORDS_BEFORE.get(word) or (int(word) if word.isdigit() else 0)
+                if 1 <= n <= 1024 and not _ALTERNATIVE.match(text, m.end()) \
+                        and not _ALTERNATIVE_BEFORE.search(text, max(0, c.start() - 6), c.start()):  # "两张v100或者4张v100"
+                    out.append(Finding("num_gpus", n, _snippet(text, c.start(), m.end()), "prose", c.start()))
             c = _NODES_TIMES_BEFORE_GPU.search(text, max(0, m.start() - 8), m.start())
             if c:  # "on 4x8H200": 4 nodes of 8 cards
                 out.append(Finding("num_nodes", int(c.group(1)), _snippet(text, c.start(), m.end()), "prose", c.start()))
