@@ -62,9 +62,10 @@ FACTS: tuple[FactSpec, ...] = (
              "DeepSpeed ZeRO stage"),
     FactSpec("overlap_comm", "bool", ("overlap_comm", "zero_optimization.overlap_comm"), "DeepSpeed overlap_comm"),
     FactSpec("num_gpus", "int", ("num_gpus", "nproc_per_node", "gpus", "n_gpus", "world_size", "trainer.n_gpus_per_node",
-                                 "num_gpus_per_node", "gpus_per_node", "gpu_number", "gpu number", "gpu_count", "num_processes"),
+                                 "num_gpus_per_node", "gpus_per_node", "gpu_number", "gpu number", "gpu_count", "num_processes",
+                                 "actor_num_gpus_per_node", "n_gpus_per_node"),
              "GPUs per node"),
-    FactSpec("num_nodes", "int", ("num_nodes", "nnodes", "trainer.nnodes"), "nodes"),
+    FactSpec("num_nodes", "int", ("num_nodes", "nnodes", "trainer.nnodes", "actor_num_nodes", "n_nodes"), "nodes"),
     # --- lengths ---------------------------------------------------------------------------------------
     FactSpec("max_length", "int",
              ("max_length", "max_len", "cutoff_len", "max_seq_len", "max_seq_length", "model_max_length",
@@ -76,14 +77,14 @@ FACTS: tuple[FactSpec, ...] = (
              "maximum prompt length"),
     FactSpec("max_completion_length", "int",
              ("max_completion_length", "max_response_length", "max_target_length", "generate_max_len",
-              "data.max_response_length", "max_output_length"),
+              "data.max_response_length", "max_output_length", "max_new_tokens"),
              "maximum completion / response length"),
     FactSpec("truncation_mode", "str", ("truncation_mode",), "which end is kept when truncating"),
     FactSpec("completion_only_loss", "bool", ("completion_only_loss", "train_on_prompt", "mask_prompt"),
              "loss only on completion tokens"),
     # --- algorithm / loss ------------------------------------------------------------------------------
     FactSpec("algorithm", "str", ("rlhf_type", "stage", "algorithm", "trainer_type", "algorithm.adv_estimator",
-                                  "adv_estimator"),
+                                  "adv_estimator", "advantage_estimator"),
              "training algorithm (sft, dpo, kto, simpo, orpo, rm, ppo, grpo, pretrain)"),
     FactSpec("loss_type", "str", ("loss_type", "dpo_loss", "pref_loss"), "preference loss variant"),
     FactSpec("vanilla_loss", "bool", ("vanilla_loss",), "OpenRLHF vanilla KTO loss"),
@@ -114,7 +115,7 @@ FACTS: tuple[FactSpec, ...] = (
     FactSpec("shift_attn", "bool", ("shift_attn", "s2_attn", "use_s2_attn"), "LongLoRA shifted sparse attention"),
     FactSpec("model", "str", ("model", "model_name_or_path", "pretrain", "model_type", "model_id",
                               "actor_rollout_ref.model.path", "base_model", "model_name",
-                              "pretrained_model_name_or_path", "hf_checkpoint"), "model name or path"),
+                              "pretrained_model_name_or_path", "hf_checkpoint", "actor.path"), "model name or path"),
     FactSpec("finetuning_type", "str", ("finetuning_type", "train_type", "sft_type", "tuner_type"),
              "full / lora / qlora"),
     FactSpec("use_peft", "bool", ("use_peft", "use_lora", "lora"), "PEFT adapters"),
@@ -300,7 +301,8 @@ def normalise_value(key: str, value: Any) -> Any:
     if s.kind == "float":
         n = parse_number(value)
         # a learning rate of 0 is a scheduler's logged value late or early in a run ("lr=0, grad_norm=NaN"), no setting
-        return None if key == "learning_rate" and n == 0 else n
+        # nor is 10 or more (`export lr=10`: a script's own code; OpenNMT's logged 1.2 was a real, too high rate)
+        return None if key == "learning_rate" and (n == 0 or (n is not None and n >= 10)) else n
     # "attn_implementation flash_attention_2." in a sentence: the full stop ends the sentence, not the value
     text = re.sub(r"(?<=\w)[.,;:。，；：]$", "", str(value).strip().strip("\\'\"`"))  # (`base_model=\"Qwen/...\"` too)
     if key == "model":
@@ -456,7 +458,7 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     "RM": ("reward model", "reward modeling", "reward modelling", "rm", "reward", "奖励模型", "reward_modeling",
            "reward模型"),
     "PPO": ("ppo", "gae"),
-    "GRPO": ("grpo",),
+    "GRPO": ("grpo", "group_norm"),  # OpenRLHF's `--advantage_estimator group_norm` is GRPO
     "pretrain": ("pretrain", "pretraining", "pre-training", "continue pretrain", "预训练", "pt"),
 }
 
@@ -470,7 +472,7 @@ PACKAGES: dict[str, str] = {
     "openrlhf": "framework_version", "xtuner": "framework_version", "llamafactory": "framework_version",
     "llama-factory": "framework_version", "llama_factory": "framework_version", "verl": "framework_version",
     "unsloth": "framework_version", "paddlenlp": "framework_version", "axolotl": "framework_version",
-    "torchtune": "framework_version", "colossalai": "framework_version",
+    "torchtune": "framework_version", "colossalai": "framework_version", "slime": "framework_version",
 }
 
 
@@ -704,6 +706,7 @@ MODEL_FAMILIES = (
     # (a digit after the version is a size: "Gemma 27B", "Qwen 32B"; "Qwen25" is Qwen2.5)
     ("qwen3.5", r"qwen[-_ ]?3[._]5"), ("qwen2.5", r"qwen[-_ ]?2(?:[._]5|5(?!\d))"), ("qwen3", r"qwen[-_ ]?3(?!\d)"),
     ("qwen2", r"qwen[-_ ]?2(?!\d)"), ("qwen2", r"qwen[-_ ]?1[._]5"),  # Qwen1.5 is the Qwen2 architecture
+    ("qwen2.5", r"(?<![a-z])qwq(?![a-z])"),  # QwQ-32B is built on Qwen2.5
     ("qwen", r"qwen"),
     ("llama4", r"llama[-_ ]?4(?![\d])"), ("llama3", r"llama[-_ ]?3(?![\d])"), ("llama2", r"llama[-_ ]?2(?![\d])"),
     ("tinyllama", r"tinyllama"), ("llava", r"llava"),
@@ -753,6 +756,8 @@ def gpu_name(raw: str) -> str:
     "RTX 4090"."""
     name = re.sub(r"^Ascend ?", "", re.sub(r"\s+", " ", raw.strip()))  # "Ascend910B2C" -> "910B2C"
     name = re.sub(r"^MI (?=\d)", "MI", name)  # "8 MI 250 GPUs"
+    name = re.sub(r"^(?:NVIDIA )?GeForce (?=RTX)", "", name)  # "NVIDIA GeForce RTX 4090" (an env block) -> "RTX 4090"
+    name = re.sub(r"^RTX(?=\d)", "RTX ", name)  # "RTX3090" -> "RTX 3090"
     if re.fullmatch(r"[ahv]\d{3}|h20", name):
         return name.upper()
     m = re.fullmatch(r"([2345]0[6789]0)(?: ?(ti|Ti|TI|tI)|(D))?", name)  # "2080ti" -> "RTX 2080 Ti"

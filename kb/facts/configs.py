@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kb.canonical import (
+    GPU_NAME,
     PRECISION_FLAGS,
     canonical,
     canonical_algorithm,
@@ -44,7 +45,7 @@ _AUTOCAST = re.compile(r"autocast\([^)]*dtype\s*=\s*torch\.(?P<d>float16|half|bf
 _LAUNCHERS = ("swift", "deepspeed", "torchrun", "accelerate", "python", "python3", "llamafactory-cli", "xtuner",
               "trl", "bash", "sh", "srun", "ray", "openrlhf", "colossalai", "tune", "axolotl")
 # ms-swift's Megatron-SWIFT installs a `megatron` command: `megatron sft --model Qwen/Qwen3-8B ...`
-_SWIFT_MEGATRON = re.compile(r"megatron (?:sft|pt|rlhf|export|rlhf_type)\b", re.IGNORECASE)
+_SWIFT_MEGATRON = re.compile(r"megatron (?:sft|pt|rlhf|export)\b", re.IGNORECASE)
 _ENV_ASSIGN = re.compile(r"^[A-Z_][A-Z0-9_]*=\S*$")
 _WRAPPERS = {"nohup": 1, "exec": 1, "time": 1, "poetry": 2, "uv": 2, "pipenv": 2}  # `poetry run python -m ...`
 
@@ -213,7 +214,7 @@ def _set_config(facts: Facts, raw_key: str, raw_value: Any, n: int, detail: str,
     if got is None:
         return None
     key, value = got
-    if key == "model" and raw_key.lower().lstrip("-").endswith("model_type") \
+    if key == "model" and raw_key.lower().lstrip("-").replace("-", "_").endswith("model_type") \
             and re.fullmatch(r"[A-Za-z]+", str(value)):
         return None  # MedicalGPT's `--model_type llama`: an architecture, not the model (ms-swift's names one)
     if fix:
@@ -324,6 +325,9 @@ def structured(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         if got is None:
             continue
         v = got
+        if canonical_key(k) == "gpu":  # "GPU: NVIDIA GeForce RTX 2080 Ti. Max memory: 22.0 GB.": the card, not "NVIDIA"
+            card = GPU_NAME.search(value)
+            v = card.group(0) if card else v
         path = ".".join([x for _, x, _ in stack] + [k])
         # `lr=1e-5 fixes it`: a setting line whose trailing words say it is what worked.
         at = s.find(v, m.start("v")) if v else -1
@@ -615,7 +619,7 @@ def command(n: int, cmd: str, facts: Facts, source: str, shell: dict[str, tuple[
         fw("OpenRLHF")
     elif head == "xtuner":
         fw("xtuner")
-    elif head == "trl" and len(toks) > 1:
+    elif head == "trl" and len(toks) > 1 and not re.match(r"v?\d", lowered[1]):  # `trl 0.11.4`: a version list
         fw("trl")
         algo(canonical_algorithm(lowered[1]))
     # (a plugin file passed as a flag's value, `--external_plugins custom_reward.py`, is no entry script)
@@ -624,12 +628,13 @@ def command(n: int, cmd: str, facts: Facts, source: str, shell: dict[str, tuple[
     for sc in scripts:
         base = re.sub(r".*?(?=train_)", "", sc.rsplit("/", 1)[-1]) if "train_" in sc else sc.rsplit("/", 1)[-1]
         m = _SCRIPT_ALGO.search(base.replace(".py", ""))
-        if m and "verl.trainer" not in sc:  # verl's main_ppo runs every RL algorithm
+        # verl's main_ppo runs every RL algorithm; OpenRLHF's train_ppo_ray too, named by --advantage_estimator
+        if m and "verl.trainer" not in sc and not ("advantage_estimator" in joined and "ppo" in base):
             algo(canonical_algorithm(m.group(1).replace("_", " ").replace("reward modeling", "reward modeling")),
                  "config")
         if re.search(r"train_(?:kto|dpo|rm|ppo|sft|grpo)\.py", sc) and head == "deepspeed" and "framework" not in facts:
             fw("OpenRLHF", "text")  # OpenRLHF's pre-0.4 entry scripts; weak, hence "text"
-        if "examples/scripts/" in sc:
+        if "examples/scripts/" in sc or "open_r1/" in sc:  # open-r1's src/open_r1/grpo.py runs TRL's GRPOTrainer
             fw("trl", "text")
     # --key value / --key=value / --flag, and hydra overrides a.b.c=value
     i = 1

@@ -338,7 +338,7 @@ def _framework_of_log(records: list[Record], facts: Facts, source: str) -> None:
 
 
 def _is_lr(name: str) -> bool:
-    low = name.lower()
+    low = re.sub(r"[-_]pg_?0$", "", name.lower())  # slime / Megatron's first param group: `train/lr-pg_0`
     return low == "lr" or low.endswith(("learning_rate", "/lr"))
 
 
@@ -415,12 +415,18 @@ def _prose(r: Record) -> bool:
     return bool(_PROSE_RUN.search(rest))
 
 
+# A setting followed by its comment, up to the error's words: `gpu_memory_utilization = 0.9, # Reduce if out of memory`
+# (a notebook's advice, not an error that happened).
+_CODE_COMMENT = re.compile(r"^[ \t]*[A-Za-z_][\w.]{0,60}[ \t]*[=:][^#\n]{0,200}?[ \t]#[^\n]*$")
+
+
 def error_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     hay = Haystack("\n".join(s for _, s in lines))
     patterns = [(eid, pat) for eid, pat, _ in ERROR_PATTERNS if hay.may(pat)]
     for n, s in lines:
         for eid, pat in patterns:
-            if pat.search(s):
+            m = pat.search(s)
+            if m and not _CODE_COMMENT.match(s[: m.start()]):
                 facts.add("errors", eid, "log", n, s.strip(), source)
 
 
@@ -428,6 +434,8 @@ def error_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None
 _PKG = re.compile(r"(?<![\w\-])(?P<pkg>[A-Za-z][A-Za-z0-9_\-]*)`?[ \t]*(?P<op>==|=|>=|~=|:|：|\(|\||version[ \t]*[:：]?|版本[ \t]*[:：]?)[ \t]*['\"]?"
                   r"(?P<ver>v?\d+(?:\.\d+)+"
                   r"[\w+\-]*(?:\.[\w+\-]+)*)", re.IGNORECASE)
+# A requirements list's line: `torch>=1.13.1`, `- peft~=0.7`.
+_REQUIREMENT = re.compile(r"^[\s>*-]{0,6}[A-Za-z][\w\-]{0,40}[ \t]{0,3}(?:>=|~=)[ \t]{0,3}v?\d")
 _PIP_LIST = re.compile(r"^\s*(?P<pkg>[A-Za-z][\w\-]*)\s{2,}(?P<ver>v?\d+(?:\.\d+)+[\w+\-]*(?:\.[\w+\-]+)*)\s*$")
 # Unsloth's start-up banner: "==((====))==  Unsloth 2025.3.17: Fast Gemma3 patching.", "Unsloth: Fast Mistral patching
 # release 2024.7".
@@ -438,11 +446,13 @@ _GPU_COUNT_ENV = re.compile(r"^[\s>*-]*(?:GPU[ _]?(?:number|count|num)|Number of
                             re.IGNORECASE)
 _TORCH_ENV = re.compile(r"PyTorch version(?:\s*\((?:GPU|accelerator)\?\))?\s*:\s*(?P<ver>\d+(?:\.\d+)+[\w+\-]*(?:\.[\w+\-]+)*)", re.IGNORECASE)
 def env_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
+    requirements = sum(1 for _, s in lines if _REQUIREMENT.match(s)) >= 2
     for n, s in lines:
         pip = _PIP_LIST.match(s)
         for m in list(_PKG.finditer(s)) + ([pip] if pip else []):
-            if m.re is _PKG and m.group("op") in (">=", "~=") and _PROSE_RUN.search(s):
-                continue  # "it was fixed in transformers>=4.47": a release named in a sentence, not the one installed
+            if m.re is _PKG and m.group("op") in (">=", "~=") and (_PROSE_RUN.search(s) or requirements):
+                # "fixed in transformers>=4.47", a requirements list (`torch>=1.13.1` / `trl>=0.7.4` / ...): bounds
+                continue
             got = canonical_package(m.group("pkg"), m.group("ver"))
             if got:
                 key, ver, fw = got

@@ -192,6 +192,10 @@ _FROM_START = re.compile(r"from the (?:very )?(?:first|1st) (?:step|iteration)|(
                          r"(?:at|on) the (?:very )?(?:first|1st) (?:step|iteration)|"
                          r"从第\s*(?:一|1|0)\s*(?:步|个\s*step|次迭代)|第\s*(?:一|1|0)\s*(?:步|个\s*step)(?:就|即|起|开始)",
                          re.IGNORECASE)
+# "grad_norm is nan at every step", "每一步都是 nan": the first step too, unless the clause says it came later ("then
+# loss 0.0 on every step").
+_EVERY_STEP = re.compile(r"(?:at|on|in) every (?:single )?(?:step|iteration)|每一步|每个\s*step", re.IGNORECASE)
+_LATER = re.compile(r"\b(?:then|after|later|afterwards)\b|之后|然后|后来|以后", re.IGNORECASE)
 # "NaN at step 300", "from step 120 on", "第二步开始就是 0": a later first bad step, said in words.
 _AT_STEP = re.compile(r"\b(?:(?:at|from|since|starting (?:at|from)|on|after|around|about|comes to|reach(?:es|ed|ing)?) "
                       r"(?:the )?(?:step|iteration|iter)(?: ?= ?| )(\d{1,3}(?:,\d{3}){1,2}(?!\d)|\d{1,7})|"
@@ -275,7 +279,11 @@ _PAIRWISE_TIE = re.compile(r"(?:same|identical|equal) (?:scores?|rewards?|logits
 # being updated is not the one that sampled, a divergence whatever the loss shows (symptom `rollout_mismatch`).
 _ROLLOUT_MISMATCH = re.compile(
     r"(?:log[-_ ]?probs?|logp)\w*[^.;。\n]{0,40}?(?:gap|diff\w*|differen\w*|mismatch\w*|差异|差距|不一致)[^.;。\n]{0,40}?"
-    r"(?:large|huge|big|high|grow\w*|ris(?:e|es|ing)\b|rose|increas\w*|climb\w*|explod\w*|很大|变大|增大|越来越大)|训推不一致",
+    r"(?:large|huge|big|high|grow\w*|ris(?:e|es|ing)\b|rose|increas\w*|climb\w*|explod\w*|很大|变大|增大|越来越大)|训推不一致|"
+    # NeMo-RL's token_mult_prob_error, verl's rollout_probs_diff_*: the same mismatch by its metric's name
+    r"(?:very |too )?(?:high|large|huge|big)\s+(?:\w+/)?(?:token_mult_prob_error|rollout_probs?_diff\w*)|"
+    r"(?:token_mult_prob_error|rollout_probs?_diff\w*)\s+(?:is|was|are|gets?|got|becomes?|became)\s+(?:very |too )?"
+    r"(?:high|large|huge|big)",
     re.IGNORECASE)
 _SYMPTOM = (
     (re.compile(r"(?<![A-Za-z0-9_])(?:nan|NaN|NANs?|NaNs|Nan)(?![A-Za-z0-9_])"), "nan"),
@@ -300,7 +308,8 @@ _SYMPTOM = (
     # A training run that diverges; a process that crashes ("crash", "崩溃") is not a divergence.
     # "策略坍塌" / "奖励塌方" / "训崩了" say collapse in Chinese ("崩溃" alone is a crash).
     # "the KL divergence" names a metric, not a run that diverged ("then KL diverges" is one).
-    (re.compile(r"collaps\w+|diverg(?!ences?\b)\w+|(?<!kl )(?<!kl-)(?<!leibler )divergences?\b|发散|explod\w+|"
+    (re.compile(r"collaps\w+|diverg(?!ences?(?![A-Za-z0-9_]))[A-Za-z]+|(?<!kl )(?<!kl-)(?<!leibler )divergences?(?![A-Za-z0-9_])|"
+                r"发散|explod\w+|"
                 r"explosions?\b|(?<!显存)爆炸|loss spikes?|梯度爆炸|坍塌|塌方|训(?:练)?崩(?!溃)|"
                 r"(?:模型|loss|训练|奖励|reward)\s*(?:直接|彻底)?崩(?:了|掉)|"
                 # Chinese slang for a loss that blew up: "loss 飞了", "loss 直接炸了", "梯度爆了" ("显存爆了" is an OOM)
@@ -581,7 +590,8 @@ _DTYPE_PAIR_BEFORE = re.compile(r"(?:fp16|bf16|fp32|fp8|float16|bfloat16|float32
 _DTYPE_PAIR_AFTER = re.compile(r"[ \t]?/[ \t]?(?:fp16|bf16|fp32|fp8|float16|bfloat16|float32)(?![A-Za-z0-9])", re.IGNORECASE)
 # trl's installed version in an environment list ("- TRL version: 0.9.6", "trl 0.19.0", "trl==0.9.6"): LLaMA-Factory,
 # unsloth and others install it; it names no framework the report ran.
-_DEPENDENCY_LINE = re.compile(r"^[\s>*|\[\]\d-]{0,12}trl[ \t]*(?:version)?[ \t]*(?:[:=：]=?|\|)?[ \t]*v?\d+\.\d+", re.IGNORECASE)
+_DEPENDENCY_LINE = re.compile(r"^[\s>*|\[\]\d-]{0,12}trl[ \t]*(?:version)?[ \t]*(?:[:=：]=?|\||[<>~]=)?[ \t]*v?\d+\.\d+",
+                              re.IGNORECASE)
 # A form's label with nothing after it: "- Transformers:", "Megatron version: ", "* DeepSpeed 版本："
 _EMPTY_FIELD = re.compile(r"^[\s>*#-]{0,8}[A-Za-z][\w .-]{0,30}?(?:[ _]?(?:version|版本))?[ \t]*[:：][ \t]*$", re.IGNORECASE)
 
@@ -832,6 +842,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     metric_zh = hay.gate(_PROSE_METRIC_ZH)
     metric_then = hay.gate(_PROSE_METRIC_THEN)
     at_step = hay.gate(_AT_STEP)
+    every_step = hay.gate(_EVERY_STEP)
     high_loss = hay.gate(_PROSE_HIGH_LOSS)
     advantage = hay.gate(_PROSE_ADVANTAGE)
     may_climb = hay.may(_PROSE_FELL) and hay.may(_PROSE_ROSE)
@@ -958,10 +969,10 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                 name = ("loss" if name.startswith("loss") else "grad_norm" if "norm" in name
                         else "gradients" if name.startswith("grad") else name)
             _prose_metric(facts, name, m.group("v"), n, s, source, m.start("m"))  # "NaN eval loss": eval_loss
-        if "first_bad_step" not in facts and from_start.search(s):
+        if "first_bad_step" not in facts and (from_start.search(s) or every_step.search(s)):
             for clause in _SENTENCE_END.split(s):
-                if (_FROM_START.search(clause) and _BAD_IN_CLAUSE.search(clause)
-                        and not _NORMAL_IN_CLAUSE.search(clause)):
+                if ((_FROM_START.search(clause) or (_EVERY_STEP.search(clause) and not _LATER.search(clause)))
+                        and _BAD_IN_CLAUSE.search(clause) and not _NORMAL_IN_CLAUSE.search(clause)):
                     facts.set("first_bad_step", 1, "text", n, s, source)
                     break
         if "first_bad_step" not in facts and at_step.search(s):
@@ -993,7 +1004,8 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             if hit is not None:
                 facts.add("symptom", sym, "text", n, s, source)
                 if sym == "zero_loss" and re.match(r"loss\b|损失", hit.group(0), re.IGNORECASE) \
-                        and not _EVAL_BEFORE.search(s[max(0, hit.start() - 20):hit.start()]):
+                        and not (hit.start() and re.match(r"[A-Za-z0-9_/]", s[hit.start() - 1])) \
+                        and not _EVAL_BEFORE.search(s[max(0, hit.start() - 20):hit.start()]):  # (not `pg_loss': 0.0`)
                     facts.add("zero_metrics", "loss", "text", n, s, source)  # "grad_norm总是nan，loss=0"
                 if rx is _PAIRWISE_TIE:
                     facts.set("pairwise_tie", True, "text", n, s, source)
@@ -1058,13 +1070,16 @@ _PROSE_SPIKE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r"|梯度
                           r"(?:陡增|突增|骤增|骤升|剧增|暴涨|飙升|激增|猛增|突刺|爆炸|突然(?:增大|变大|上升|升高)|jump(?:s|ed)? (?:up|sharply)|sho(?:ot|ots|t) up|"
                           # "the loss dramatically rises after an update", "loss rose sharply"
                           r"(?:dramatically|sharply|suddenly|rapidly) (?:rises|rose|increase[sd]|jump(?:s|ed))|"
-                          r"(?:rises|rose|increase[sd]|jump(?:s|ed)) (?:dramatically|sharply)|"
+                          r"(?:rises|rose|increase[sd]|jump(?:s|ed)) (?:dramatically|sharply|steeply)|steep(?:ly)? ris(?:e|es|ing)\b|"
                           r"spik(?:e|es|ed|ing|ey|y)\b|blow(?:s|n)? up|blew up|explod(?:e|es|ed)|"
+                          # "grad_norm eventually starts to spike"
+                          r"(?:(?:eventually|gradually|then|later|soon)\s)?(?:starts?|started|begins?|began)\sto\sspike\b|"
                           r"jump(?:s|ed)? by (?:\w+ )?orders? of magnitude)", re.IGNORECASE)
 # The metric after the word: "sudden huge spikes in the policy loss", "a spike of the grad_norm" (losses, norms and
 # KL only: "spikes in the reward" are often just noisy rewards).
-_PROSE_SPIKE_REV = re.compile(r"(?<![A-Za-z])spikes? (?:in|of|on) (?:the )?(?:[a-z]+ )?(?P<gap>)(?P<m>[A-Za-z_/]*"
-                              r"(?:loss|norm|kl)[A-Za-z_/]*)(?![A-Za-z0-9_])", re.IGNORECASE)
+_PROSE_SPIKE_REV = re.compile(r"(?<![A-Za-z])(?:spikes?|(?:sudden|dramatic|sharp|huge|steep) (?:increase|rise|jump)) "
+                              r"(?:in|of|on) (?:the )?(?:[A-Za-z]+ ){0,2}(?P<gap>)(?P<m>[A-Za-z_/]*"
+                              r"(?:loss|norm|kl)(?:es|s)?)(?![A-Za-z0-9_])", re.IGNORECASE)
 
 
 # "学习率调到 5e-3 后 loss 变成 nan", "with a learning rate of 5e-4": the run's learning rate said in words (a fix cue
@@ -1166,12 +1181,23 @@ _EVAL_BEFORE = re.compile(r"(?:(?<![A-Za-z])(?:eval(?:uation)?|validation|val|de
 _GRAD_BEFORE = re.compile(r"(?<![A-Za-z])grad(?:ient)?s?[ _-]*$", re.IGNORECASE)
 
 
+# Metrics a report joins with a slash ("KL/grad_norm", "loss/grad norm"): each its own (a path such as
+# `rewards/chosen` or `actor/kl` is one metric).
+_PAIRED_METRICS = {"loss": "loss", "kl": "kl", "grad_norm": "grad_norm", "grad norm": "grad_norm", "gnorm": "grad_norm",
+                   "reward": "reward", "entropy": "entropy", "lr": "lr"}
+
+
 def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: str, start: int = -1) -> None:
     if start > 0 and _when_it_happens(s, start):
         return  # "stop training when the loss is NaN", "what happens if the loss becomes 0?": no run reported it
     if start > 0 and _SET_TO.search(s, max(0, start - 24), start):
         return  # "Reset loss to zero on logging": code that sets the value, not a run that reached it
     name = name.strip("/").lower()
+    parts = name.split("/")
+    if len(parts) > 1 and all(p.strip() in _PAIRED_METRICS for p in parts):
+        for p in parts:  # "KL/grad_norm became nan": two metrics named together, not one metric's path
+            _prose_metric(facts, _PAIRED_METRICS[p.strip()], value, n, s, source)
+        return
     if name == "entropy" and start > 0 and re.search(r"cross[- _]?$", s[max(0, start - 6):start], re.IGNORECASE):
         name = "loss"  # "the perplexity and cross-entropy become NaN": the training loss, not a policy's entropy
     name = {"grand_norm": "grad_norm"}.get(name, name)  # a typo often made
@@ -1202,6 +1228,14 @@ def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: s
 
 def derive(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     """Facts that follow from other facts (not from `lines`); their evidence names the facts they came from."""
+    # TRL's own issue template (`trl env`: "- TRL version: 0.16.0.dev0" among the versions) with no other training
+    # framework named is a TRL run; LLaMA-Factory's and Unsloth's lists carry the same line and name theirs too.
+    fw, trl = facts.get("framework"), facts.get("trl_version")
+    listed = any(facts.get(k) is not None and facts.get(k).kind == "env" for k in ("transformers_version", "torch_version"))
+    if trl is not None and trl.kind == "env" and listed and re.search(r"\bTRL version", trl.detail, re.IGNORECASE) \
+            and (fw is None or (fw.value == "transformers" and fw.kind == "text")):
+        facts.items.pop("framework", None)
+        facts.set("framework", "trl", "text", trl.line, f"TRL's environment list: {trl.detail}", trl.source)
     # Dynamic loss scaling exists only for fp16: "OVERFLOW! Skipping step" / "loss scale already at minimum"
     # says the run is fp16 even when the paste never names its dtype.
     if "precision" not in facts:

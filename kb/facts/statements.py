@@ -18,6 +18,7 @@ from kb.canonical import (
     DENIED_BEFORE,
     GPU_MODELS,
     GPU_NAME,
+    PACKAGES,
     PROSE_LABELS,
     SAID_FINE,
     SUPPOSED,
@@ -254,7 +255,7 @@ _NUMBER_WORDS_BEFORE = {"single": 1, "单": 1}
 _NODES_TIMES_BEFORE_GPU = re.compile(r"(?<![\d.])(\d{1,2})[ \t]?[xX×*][ \t]?(\d{1,2})[ \t]?$")
 _VERSION = re.compile(
     r"(?<![A-Za-z0-9_-])(PyTorch|torch|DeepSpeed|transformers?|trl|flash[-_ ]?attn|flash[-_ ]?attention|ms-swift|swift|"
-    r"OpenRLHF|xtuner|LLaMA-Factory|llamafactory|verl|vllm|peft|accelerate)\s*(?:==|=|:|版本(?:为|是|号)?|version|v)?\s*v?"
+    r"OpenRLHF|xtuner|LLaMA-Factory|llamafactory|verl|vllm|peft|accelerate|slime|colossalai)\s*(?:==|=|:|版本(?:为|是|号)?|version|v)?\s*v?"
     r"(\d+\.\d+(?:\.\d+)*(?:\.?post\d+|rc\d+|\.dev\d+)?)(?![\d.])", re.IGNORECASE)
 _VERSION_KEY = {"pytorch": "torch_version", "torch": "torch_version", "deepspeed": "deepspeed_version",
                 "transformers": "transformers_version", "transformer": "transformers_version", "trl": "trl_version",
@@ -316,7 +317,7 @@ def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
             out.append(Finding("gpu", gpu_name(m.group("gpu")), m.group(0), "prose", m.start()))
         for m in hay.gate(_VERSION).finditer(text):
             name = re.sub(r"[\s_]+", "-", m.group(1).lower())
-            key = _VERSION_KEY.get(name) or canonical_key(name)
+            key = _VERSION_KEY.get(name) or canonical_key(name) or PACKAGES.get(name)  # "llama-factory 0.6.2"
             if key and (spec(key) and spec(key).kind == "version"):
                 out.append(Finding(key, m.group(2), _snippet(text, m.start(), m.end()), "prose", m.start()))
     return out
