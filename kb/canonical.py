@@ -473,6 +473,7 @@ PACKAGES: dict[str, str] = {
     "llama-factory": "framework_version", "llama_factory": "framework_version", "verl": "framework_version",
     "unsloth": "framework_version", "paddlenlp": "framework_version", "axolotl": "framework_version",
     "torchtune": "framework_version", "colossalai": "framework_version", "slime": "framework_version",
+    "trlx": "framework_version",
 }
 
 

@@ -1651,6 +1651,18 @@ def test_raw_thread_openings_seventh_round(text, key, value):
      ["train/pg_loss"]),
     ("GPU: NVIDIA GeForce RTX 2080 Ti. Max memory: 22.0 GB. Platform: Windows.", "gpu", "RTX 2080 Ti"),
     ("    gpu_memory_utilization = 0.9, # Reduce if out of memory", "errors", None),
+    # preference and reward-model training (TRL, SimPO, trlX, EasyDeL)
+    ("loss: nan\n{'loss': nan, 'grad_norm': nan, 'learning_rate': 2e-7, 'epoch': 0.45}", "first_bad_step", None),
+    ("{'loss': 1.0, 'epoch': 0.01}\n{'loss': nan, 'epoch': 0.02}", "first_bad_step", 2),
+    ('os.environ["CUDA_VISIBLE_DEVICES"] = "0"\nKTO loss is 0.0', "num_gpus", 1),
+    ("- CUDA device(s): NVIDIA A100-SXM4-80GB, NVIDIA A100-SXM4-80GB, NVIDIA A100-SXM4-80GB\nDPO rewards nan",
+     "num_gpus", 3),
+    ("trlx 0.5.0, loss is nan", "framework_version", "0.5.0"),
+    ("I trained on hiyouga/DPO-En-Zh-20k and the rewards decreased rapidly.\nsimpo_gamma 0.5", "algorithm", "SimPO"),
+    ("python examples/scripts/dpo.py --model x\nloss nan", "algorithm", "DPO"),
+    ("from easydel import DPOTrainer\nfrom transformers import AutoTokenizer\nNan losses when training", "framework",
+     None),
+    ("from transformers import Trainer, TrainingArguments\nloss nan", "framework", "transformers"),
 ])
 def test_raw_thread_openings_eighth_round(text, key, value):
     assert values(text).get(key) == value

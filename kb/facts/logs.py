@@ -392,6 +392,12 @@ def _from_the_start(records: list[Record]) -> bool:
         if "." not in first.raw.get(key, ""):
             return False
         return math.isfinite(epoch) and epoch <= (0.0 if len(records) == 1 else 0.01)
+    # no epoch on the first (a title's "loss: nan" above the record): the first record that has one says where
+    # the paste starts (`'epoch': 0.45` is far into the run)
+    later = next(((r, k) for r in records[1:] for k in r.metrics if k.lower() == "epoch"), None)
+    if later is not None:
+        r, k = later
+        return "." in r.raw.get(k, "") and math.isfinite(r.metrics[k]) and r.metrics[k] <= 0.01
     return len(records) >= 2
 
 
@@ -444,6 +450,9 @@ _UNSLOTH_BANNER = re.compile(r"Unsloth:? (?:(?P<a>20\d\d\.\d{1,2}(?:\.\d{1,3})?)
 # An environment list's GPU count ("- GPU number: 8", "GPU数量：8").
 _GPU_COUNT_ENV = re.compile(r"^[\s>*-]*(?:GPU[ _]?(?:number|count|num)|Number of GPUs|GPU数量|显卡数量|卡数)\s*[:：]\s*(?P<n>\d{1,4})\s*$",
                             re.IGNORECASE)
+_DEVICE_LIST = re.compile(r"^[\s>*-]{0,6}CUDA device\(s\)[ \t]*:[ \t]*(?P<d>[^\n]{1,2000})$", re.IGNORECASE)
+_PY_VISIBLE = re.compile(r"os\.environ\[[ \t]*[\"'](?:CUDA|ASCEND_RT|HIP)_VISIBLE_DEVICES[\"'][ \t]*\][ \t]*=[ \t]*"
+                         r"[\"'](?P<d>\d{1,3}(?:,[ \t]?\d{1,3}){0,63})[\"']")
 _TORCH_ENV = re.compile(r"PyTorch version(?:\s*\((?:GPU|accelerator)\?\))?\s*:\s*(?P<ver>\d+(?:\.\d+)+[\w+\-]*(?:\.[\w+\-]+)*)", re.IGNORECASE)
 def env_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     requirements = sum(1 for _, s in lines if _REQUIREMENT.match(s)) >= 2
@@ -462,6 +471,12 @@ def env_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         m = _TORCH_ENV.search(s)
         if m:
             facts.set("torch_version", m.group("ver"), "env", n, m.group(0), source)
+        m = _DEVICE_LIST.match(s) if "device" in s else None
+        if m and "num_gpus" not in facts:  # TRL's `trl env`: "- CUDA device(s): NVIDIA A100-SXM4-80GB, NVIDIA A100-..."
+            facts.set("num_gpus", len([d for d in m.group("d").split(",") if d.strip()]), "env", n, s.strip(), source)
+        m = _PY_VISIBLE.search(s) if "environ" in s else None
+        if m and "num_gpus" not in facts:  # `os.environ["CUDA_VISIBLE_DEVICES"] = "0"` at the top of a script
+            facts.set("num_gpus", len(m.group("d").split(",")), "config", n, s.strip(), source)
         m = _UNSLOTH_BANNER.search(s) if "patching" in s else None
         if m:
             facts.set("framework_version", m.group("a") or m.group("b"), "env", n, m.group(0), source)

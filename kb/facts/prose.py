@@ -526,6 +526,22 @@ _METRIC_VALUE_AFTER = re.compile(r"[\w/]*['\"]?[ \t]*[:=]")
 _METRIC_SUFFIX_AFTER = re.compile(r"_(?:kl|clip_?frac|ratio|loss|entropy)(?![A-Za-z0-9])")
 
 
+def _in_hub_name(text: str, m: re.Match[str]) -> bool:
+    """`hiyouga/DPO-En-Zh-20k`, `argilla/dpo-mix-7k`: a dataset's or model's hub name, not the run's algorithm (a
+    script, `examples/scripts/dpo.py`, still names it)."""
+    start = max(text.rfind(c, 0, m.start()) for c in " \t\n\"'`(") + 1
+    token = _TOKEN.match(text, start)
+    return (token is not None and _HUB_NAME_TOKEN.fullmatch(token.group(0)) is not None
+            and "/" in text[start:m.start()] and _NAME_GOES_ON.match(text, m.end()) is not None)
+
+
+_NAME_GOES_ON = re.compile(r"[-_][A-Za-z0-9]")
+_TOKEN = re.compile(r"[^\s\"'`()]{1,300}")
+# `org/name` and nothing else: one slash, no file extension, not a local path (`examples/ppo_trainer/run.sh`,
+# `outs/chatglm3_sft_ckt_result` under a folder still name the run's algorithm)
+_HUB_NAME_TOKEN = re.compile(r"[A-Za-z0-9][\w.-]{0,60}/[\w.-]{1,100}(?<!\.py)(?<!\.sh)(?<!\.yaml)(?<!\.yml)(?<!\.json)[,.;:]?")
+
+
 def _in_metric_path(text: str, m: re.Match[str]) -> bool:
     return m.start() > 0 and text[m.start() - 1] == "/" and (_METRIC_VALUE_AFTER.match(text, m.end()) is not None
                                                              or _METRIC_SUFFIX_AFTER.match(text, m.end()) is not None)
@@ -592,6 +608,9 @@ _DTYPE_PAIR_AFTER = re.compile(r"[ \t]?/[ \t]?(?:fp16|bf16|fp32|fp8|float16|bflo
 # unsloth and others install it; it names no framework the report ran.
 _DEPENDENCY_LINE = re.compile(r"^[\s>*|\[\]\d-]{0,12}trl[ \t]*(?:version)?[ \t]*(?:[:=：]=?|\||[<>~]=)?[ \t]*v?\d+\.\d+",
                               re.IGNORECASE)
+# `from transformers import AutoTokenizer`: a tokenizer or a model class from transformers, not its Trainer running the
+# job (EasyDeL's DPOTrainer on a TPU).
+_HELPER_IMPORT = re.compile(r"^\s*from\s+transformers\s+import\s+(?![^\n]*Trainer)")
 # A form's label with nothing after it: "- Transformers:", "Megatron version: ", "* DeepSpeed 版本："
 _EMPTY_FIELD = re.compile(r"^[\s>*#-]{0,8}[A-Za-z][\w .-]{0,30}?(?:[ _]?(?:version|版本))?[ \t]*[:：][ \t]*$", re.IGNORECASE)
 
@@ -747,7 +766,8 @@ def _run_algorithm(joined: _Joined) -> tuple[str, int, str] | None:
         hint = _HINTS.get(rx)
         if hint and hint not in joined.low:
             continue
-        m = next((m for m in rx.finditer(joined.text) if not _in_metric_path(joined.text, m)), None)
+        m = next((m for m in rx.finditer(joined.text) if not _in_metric_path(joined.text, m)
+                  and not _in_hub_name(joined.text, m)), None)
         if m is not None:
             found.append((m.start(), order, name, m.end()))
     found.sort()
@@ -800,7 +820,8 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             if m and _said_off(got[2], m.start(), m.end()):
                 got = None
         if got is None or not (_empty_field(fw_joined.lines, got[1], got[2])
-                                or (got[0] == "trl" and _DEPENDENCY_LINE.match(got[2]))):
+                                or (got[0] == "trl" and _DEPENDENCY_LINE.match(got[2]))
+                                or (got[0] == "transformers" and _HELPER_IMPORT.match(got[2]))):
             break
         # an issue form's field left empty ("- Transformers:", "Megatron version: "): the name states nothing
         fw_joined = _Joined([(n, s) for n, s in fw_joined.lines if n != got[1]])

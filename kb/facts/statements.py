@@ -255,7 +255,7 @@ _NUMBER_WORDS_BEFORE = {"single": 1, "单": 1}
 _NODES_TIMES_BEFORE_GPU = re.compile(r"(?<![\d.])(\d{1,2})[ \t]?[xX×*][ \t]?(\d{1,2})[ \t]?$")
 _VERSION = re.compile(
     r"(?<![A-Za-z0-9_-])(PyTorch|torch|DeepSpeed|transformers?|trl|flash[-_ ]?attn|flash[-_ ]?attention|ms-swift|swift|"
-    r"OpenRLHF|xtuner|LLaMA-Factory|llamafactory|verl|vllm|peft|accelerate|slime|colossalai)\s*(?:==|=|:|版本(?:为|是|号)?|version|v)?\s*v?"
+    r"OpenRLHF|xtuner|LLaMA-Factory|llamafactory|verl|vllm|peft|accelerate|slime|colossalai|trlx)\s*(?:==|=|:|版本(?:为|是|号)?|version|v)?\s*v?"
     r"(\d+\.\d+(?:\.\d+)*(?:\.?post\d+|rc\d+|\.dev\d+)?)(?![\d.])", re.IGNORECASE)
 _VERSION_KEY = {"pytorch": "torch_version", "torch": "torch_version", "deepspeed": "deepspeed_version",
                 "transformers": "transformers_version", "transformer": "transformers_version", "trl": "trl_version",
