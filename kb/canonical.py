@@ -129,7 +129,7 @@ FACTS: tuple[FactSpec, ...] = (
              "learning rate of the vision tower"),
     FactSpec("micro_batch_size", "int",
              ("per_device_train_batch_size", "micro_train_batch_size", "micro_batch_size", "batch_size",
-              "batch_size_training", "train_micro_batch_size_per_gpu", "ppo_micro_batch_size_per_gpu"),
+              "batch_size_training", "train_micro_batch_size_per_gpu", "ppo_micro_batch_size_per_gpu", "mbs"),
              "per-device micro-batch size"),
     FactSpec("gradient_accumulation_steps", "int", ("gradient_accumulation_steps", "grad_accum", "accumulative_counts",
                                                     "grad_accum_steps", "accumulation_steps"),
@@ -431,6 +431,7 @@ FRAMEWORKS: dict[str, tuple[str, ...]] = {
     "Megatron-Bridge": ("megatron-bridge", "megatron bridge", "mbridge"),
     "NeMo Automodel": ("nemo automodel", "nemo-automodel"),
     "NeMo": ("nemo", "nvidia nemo", "nemo megatron", "nemo framework", "nemo toolkit", "nemo_toolkit", "nemo 2.0",
+             "nemo version", "nemo.collections", "nemo_logging", "nemo_run",
              "nemo2"),
     "TransformerEngine": ("transformerengine", "transformer engine", "transformer-engine"),
     "mlx-lm": ("mlx-lm", "mlx lm"),
@@ -621,7 +622,7 @@ ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
         ("nonfinite_grad_norm", (r"norm of order [\d.]+ for gradients.{0,80}non-finite|grad(?:ient)?s? (?:are|is) "
                                 r"(?:nan|inf|non-finite)"), True),
         ("nan_loss_error", (r"loss (?:is|became|=) nan|Loss is NaN|NaN or Inf found in input tensor|"
-                           r"nan loss detected|detected nan"), True),
+                           r"nan loss detected|detected nan|nan loss encountered"), True),
         ("softcap_missing", r"soft[-_ ]?capping|softcap", True),
         # A reward function that hands back None / NaN (parse failure, API error) poisons the advantages.
         ("nan_reward", (r"reward\w*(?: func\w*| fn| model)?\W{0,3}.{0,40}\b(?:returns?|returned|returning|gives?|gave|"
@@ -710,7 +711,7 @@ MODEL_FAMILIES = (
     ("qwen2.5", r"(?<![a-z])qwq(?![a-z])"),  # QwQ-32B is built on Qwen2.5
     ("qwen", r"qwen"),
     ("llama4", r"llama[-_ ]?4(?![\d])"), ("llama3", r"llama[-_ ]?3(?![\d])"), ("llama2", r"llama[-_ ]?2(?![\d])"),
-    ("tinyllama", r"tinyllama"), ("llava", r"llava"),
+    ("tinyllama", r"tinyllama"), ("llava", r"llava"), ("olmo", r"(?<![a-z])olmo"), ("mpt", r"(?<![a-z])mpt[-_ ]?\d"),
     ("llama", r"llama"), ("gemma2", r"gemma[-_ ]?2(?!\d|b\b)"), ("gemma3", r"gemma[-_ ]?3(?!\d)"),
     ("gemma4", r"gemma[-_ ]?4(?!\d)"), ("gemma", r"gemma"), ("gpt-oss", r"gpt[-_ ]?oss"),
     ("internlm2", r"internlm[-_ ]?2"), ("internlm", r"internlm"), ("mixtral", r"mixtral"), ("mistral", r"mistral"),

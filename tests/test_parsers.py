@@ -1663,6 +1663,26 @@ def test_raw_thread_openings_seventh_round(text, key, value):
     ("from easydel import DPOTrainer\nfrom transformers import AutoTokenizer\nNan losses when training", "framework",
      None),
     ("from transformers import Trainer, TrainingArguments\nloss nan", "framework", "transformers"),
+    # pretraining runs (nanoGPT, Megatron, NeMo, litgpt, llm-foundry, OLMo, GPT-NeoX)
+    ("I am running on 2x 4090", "num_gpus", 2),
+    ("I am training nanoGPT on an A100 GPU.", "num_gpus", 1),
+    ("it's not an A100, loss nan", "num_gpus", None),
+    ("I used a single GPU, loss nan", "num_gpus", 1),
+    ("my loss keeps exploding between 30k and 100k iterations", "spike_metrics", ["loss"]),
+    ("We are training an MPT-1B model, loss explodes", "model_family", "mpt"),
+    ("pretraining OLMo-7B, loss nan", "model_family", "olmo"),
+    ("grad norm is nan; there is no loss spike", "spike_metrics", None),
+    ("The main training configuration is TP=8, PP=1, CP=1, sequence length 4096, BF16, MBS=24, and GBS=768.",
+     "micro_batch_size", 24),
+    ("I am using litgpt to pretrain Llama3.1-70b with 4 nodes each having 8 h100 Gpus", "num_nodes", 4),
+    ("Nemo Version: NeMo-25.09", "framework", "NeMo"),
+    ("from nemo.collections import llm", "framework", "NeMo"),
+    ("Mistral-Nemo-12B loss nan", "framework", None),
+    ("a change caused the loss to become NaN after 40 or so steps.", "first_bad_step", 40),
+    ('always got a "nan loss encountered" error', "errors", ["nan_loss_error"]),
+    ("When I use bf16, the loss becomes very large after the weight is updated for the first time.", "symptom",
+     ["collapse"]),
+    ("ValueError: nan loss detected", "nan_metrics", ["loss"]),
 ])
 def test_raw_thread_openings_eighth_round(text, key, value):
     assert values(text).get(key) == value

@@ -268,8 +268,8 @@ def metric_facts(records: list[Record], facts: Facts, source: str) -> None:
     for r in records:
         bad_here = False
         for k, v in r.metrics.items():
-            if k.lower() in _STEP_KEYS or k.lower() in _NOT_METRICS:
-                continue
+            if k.lower() in _STEP_KEYS or k.lower() in _NOT_METRICS or k.lower().endswith(("error", "exception")):
+                continue  # (`ValueError: nan loss detected`: an exception's class, not a metric)
             detail = r.text.strip()
             if math.isnan(v) or math.isinf(v):
                 facts.add("nan_metrics", k, "log", r.line, detail, source)

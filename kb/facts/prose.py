@@ -199,8 +199,8 @@ _LATER = re.compile(r"\b(?:then|after|later|afterwards)\b|之后|然后|后来|�
 # "NaN at step 300", "from step 120 on", "第二步开始就是 0": a later first bad step, said in words.
 _AT_STEP = re.compile(r"\b(?:(?:at|from|since|starting (?:at|from)|on|after|around|about|comes to|reach(?:es|ed|ing)?) "
                       r"(?:the )?(?:step|iteration|iter)(?: ?= ?| )(\d{1,3}(?:,\d{3}){1,2}(?!\d)|\d{1,7})|"
-                      r"after (?:about |around |roughly |approximately |~ ?)?(\d{1,3}(?:,\d{3}){1,2}|\d{1,7}) (?:training )?"
-                      r"(?:steps|iterations|iters))\b|"
+                      r"after (?:about |around |roughly |approximately |~ ?)?(\d{1,3}(?:,\d{3}){1,2}|\d{1,7}) (?:or so )?"
+                      r"(?:training )?(?:steps|iterations|iters))\b|"
                       # "after one step", "after the first step", "when training one step", "around 80 iters in"
                       r"\b(?:after|training) (?:(?:the )?(first|1st)|(one|two|three|four|five|ten|1)) (?:training )?"
                       r"(?:steps?|iterations?|iters?)\b|"
@@ -335,7 +335,8 @@ _SYMPTOM = (
                 r"abnormal (?:loss|grad(?:ient)?[_ ]norm) (?:rises|rose|increas(?:es|ed)|spikes?|jump(?:s|ed)?)|"
                 # "the GKD loss and gradient norm become unexpectedly large", "the loss grew abnormally large"
                 r"(?:loss|grad(?:ient)?[_ ]norm)[^.;\n]{0,30}?(?:becomes?|became|grows?|grew|gets?|got) (?:unexpectedly|"
-                r"abnormally|extremely|absurdly) (?:large|big|high|huge)",
+                r"abnormally|extremely|absurdly|very) (?:large|big|high|huge)|"
+                r"(?:loss|grad(?:ient)?[_ ]norm) (?:becomes?|became|gets?|got) huge",
                 re.IGNORECASE), "collapse"),
     # A pairwise (reward-model / preference) loss that cannot separate the pair (_PAIRWISE_TIE, above).
     (_PAIRWISE_TIE, "collapse"),
@@ -929,7 +930,8 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                 facts.set("learning_rate", lr, "text", n, s, source)
         for m in [*spike.finditer(s), *spike_rev.finditer(s)]:
             before = s[max(0, m.start() - 16):m.start()] if m.re is _PROSE_SPIKE_REV else ""
-            if _NEGATED.search(m.group("gap")) or _NEGATED.search(before):
+            if _NEGATED.search(m.group("gap")) or _NEGATED.search(before) \
+                    or _NO_BEFORE.search(s, max(0, m.start() - 12), m.start()):  # "there is no loss spike"
                 continue  # "the loss does not spike", "loss 没有突增", "no spikes in the loss"
             name = m.group("m").lower()
             if name == "norm" and _GRAD_BEFORE.search(s[max(0, m.start("m") - 12):m.start("m")]):
@@ -1087,12 +1089,13 @@ _LIGHTNING = re.compile(r"(?<![\w.\-])(?:(?:bf)?16|32|64)-(?:true|mixed)(?![\w\-
 
 
 # "loss 陡增后变为 0", "the loss suddenly shot up", "grad_norm spikes": a metric that jumped, said in words.
+_NO_BEFORE = re.compile(r"(?:\b(?:no|without|not any|never a)\s+|没有\s*)$", re.IGNORECASE)
 _PROSE_SPIKE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r"|梯度|损失)(?P<gap>[^\n,，。.;；]{0,20}?)(?:先)?"
                           r"(?:陡增|突增|骤增|骤升|剧增|暴涨|飙升|激增|猛增|突刺|爆炸|突然(?:增大|变大|上升|升高)|jump(?:s|ed)? (?:up|sharply)|sho(?:ot|ots|t) up|"
                           # "the loss dramatically rises after an update", "loss rose sharply"
                           r"(?:dramatically|sharply|suddenly|rapidly) (?:rises|rose|increase[sd]|jump(?:s|ed))|"
                           r"(?:rises|rose|increase[sd]|jump(?:s|ed)) (?:dramatically|sharply|steeply)|steep(?:ly)? ris(?:e|es|ing)\b|"
-                          r"spik(?:e|es|ed|ing|ey|y)\b|blow(?:s|n)? up|blew up|explod(?:e|es|ed)|"
+                          r"spik(?:e|es|ed|ing|ey|y)\b|blow(?:s|n)? up|blew up|explod(?:e|es|ed|ing)|"
                           # "grad_norm eventually starts to spike"
                           r"(?:(?:eventually|gradually|then|later|soon)\s)?(?:starts?|started|begins?|began)\sto\sspike\b|"
                           r"jump(?:s|ed)? by (?:\w+ )?orders? of magnitude)", re.IGNORECASE)
@@ -1214,6 +1217,8 @@ def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: s
     if start > 0 and _SET_TO.search(s, max(0, start - 24), start):
         return  # "Reset loss to zero on logging": code that sets the value, not a run that reached it
     name = name.strip("/").lower()
+    if name.endswith(("error", "exception", "warning")):
+        return  # "ValueError: nan loss detected": the exception's class, not a metric
     parts = name.split("/")
     if len(parts) > 1 and all(p.strip() in _PAIRED_METRICS for p in parts):
         for p in parts:  # "KL/grad_norm became nan": two metrics named together, not one metric's path

@@ -236,7 +236,7 @@ _ZERO = [
 # Hugging Face `optim` values said in prose: the underscored names are settings, not words.
 _OPTIM_NAME = re.compile(r"(?<![\w.-])((?:paged_)?(?:adamw|adam|lion)_(?:torch_fused|torch|hf|8bit|bnb_8bit|32bit|"
                          r"apex_fused|anyprecision))(?![\w-])", re.IGNORECASE)
-_NUMBER_WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+_NUMBER_WORDS = {"one": 1, "single": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
                  "sixteen": 16, "一": 1, "两": 2, "二": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8}
 # "8卡lora训练": a Chinese unit may run straight into the next word; an English one may not.
 # (not "十六卡" read as 六卡, nor "-4a40-" inside an attachment's id; "1 Nvidia L40S")
@@ -244,14 +244,17 @@ _NUM_GPUS = re.compile(
     rf"(?<![A-Za-z\d.十百两一二三四五六七八九/-])(\d{{1,3}}|{'|'.join(_NUMBER_WORDS)})[ \t]*(?:个|张|块)?[ \t]*"
     rf"(?:[x×*][ \t]*)?(?:(?:NVIDIA|Nvidia|nvidia)[ \t]+)?(?:(?:{GPU_MODELS})[ \t]*)?"
     rf"(?:(?:GPUs?|NPUs?|cards?|(?:{GPU_MODELS})s?)(?![A-Za-z0-9])|显?卡)", re.IGNORECASE)
+_NUM_NODES = re.compile(r"(?<![A-Za-z\d.-])(\d{1,4}|two|three|four|eight|sixteen|两|二|三|四|八)[ \t]?(?:nodes\b|machines\b(?= (?:with|each|of))|"
+                        r"个节点|台机器|台服务器)", re.IGNORECASE)
 # Around a card's name (a GPU_NAME match): cards counted after it ("A800  80G *8 的机器"), nodes times cards before it
 # ("on 4x8H200").
 _COUNT_AFTER_GPU = re.compile(r"[ \t]{0,3}(?:\d{2,3}[ \t]?G[Bb]?)?[ \t]{0,3}[*x×][ \t]{0,3}(\d{1,3})(?![\d.])")  # bounded
 # A count right before a card: "One 4090", "2张4090", "两张3090", "8*4090", "单张4090", "单卡A100" (not "与单卡", nor
 # "两台 4090 机器": 台 counts machines).
-_COUNT_BEFORE_CARD = re.compile(r"(?:(?<![A-Za-z])(one|two|four|eight|single) |(?<![\d.])(\d{1,3}|[一两二三四五六七八])[ \t]?[张块]"
-                                r"[ \t]?|(?<![\d.])(\d{1,3})[ \t]?[*×][ \t]?|(?<![与和跟比同])(单)[张块卡]?[ \t]?)$", re.IGNORECASE)
-_NUMBER_WORDS_BEFORE = {"single": 1, "单": 1}
+_COUNT_BEFORE_CARD = re.compile(r"(?:(?<![A-Za-z])(one|two|four|eight|single|an?) |(?<![\d.])(\d{1,3}|[一两二三四五六七八])[ \t]?"
+                                r"[张块][ \t]?|(?<![\d.])(\d{1,3})[ \t]?[*×xX][ \t]?|(?<![与和跟比同])(单)[张块卡]?[ \t]?)$",
+                                re.IGNORECASE)
+_NUMBER_WORDS_BEFORE = {"single": 1, "单": 1, "a": 1, "an": 1}  # "training nanoGPT on an A100 GPU"
 _NODES_TIMES_BEFORE_GPU = re.compile(r"(?<![\d.])(\d{1,2})[ \t]?[xX×*][ \t]?(\d{1,2})[ \t]?$")
 _VERSION = re.compile(
     r"(?<![A-Za-z0-9_-])(PyTorch|torch|DeepSpeed|transformers?|trl|flash[-_ ]?attn|flash[-_ ]?attention|ms-swift|swift|"
@@ -293,6 +296,12 @@ def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
                 continue  # "I am not using zero3", "（not user zero3）": a stage the run did not use
             out.append(Finding("zero_stage", int(m.group(1)), _snippet(text, m.start(), m.end()), "prose", m.start()))
     if not recommendation:
+        for m in hay.gate(_NUM_NODES).finditer(text):  # "with 4 nodes each having 8 h100 Gpus", "2个节点"
+            if not _ALTERNATIVE.match(text, m.end()):
+                word = fold(m.group(1))
+                n = _NUMBER_WORDS.get(word) or (int(word) if word.isdigit() else 0)
+                if 1 <= n <= 1024:
+                    out.append(Finding("num_nodes", n, _snippet(text, m.start(), m.end()), "prose", m.start()))
         for m in hay.gate(_NUM_GPUS).finditer(text):
             word = fold(m.group(1))  # fold: IGNORECASE also matched "sİx" / "ſix"
             n = _NUMBER_WORDS.get(word) or (int(word) if word.isdigit() else 0)
@@ -308,7 +317,8 @@ def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
                 word = fold(next(g for g in c.groups() if g))
                 n = _NUMBER_WORDS.get(word) or _NUMBER_WORDS_BEFORE.get(word) or (int(word) if word.isdigit() else 0)
                 if 1 <= n <= 1024 and not _ALTERNATIVE.match(text, m.end()) \
-                        and not _ALTERNATIVE_BEFORE.search(text, max(0, c.start() - 6), c.start()):  # "两张v100或者4张v100"
+                        and not _ALTERNATIVE_BEFORE.search(text, max(0, c.start() - 6), c.start()) \
+                        and not DENIED_BEFORE.search(text[max(0, m.start() - 16):m.start()]):  # "两张v100或者4张v100", "not an A100"
                     out.append(Finding("num_gpus", n, _snippet(text, c.start(), m.end()), "prose", c.start()))
             c = _NODES_TIMES_BEFORE_GPU.search(text, max(0, m.start() - 8), m.start())
             if c:  # "on 4x8H200": 4 nodes of 8 cards
