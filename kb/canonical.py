@@ -115,10 +115,11 @@ FACTS: tuple[FactSpec, ...] = (
     FactSpec("shift_attn", "bool", ("shift_attn", "s2_attn", "use_s2_attn"), "LongLoRA shifted sparse attention"),
     FactSpec("model", "str", ("model", "model_name_or_path", "pretrain", "model_type", "model_id",
                               "actor_rollout_ref.model.path", "base_model", "model_name",
-                              "pretrained_model_name_or_path", "hf_checkpoint", "actor.path"), "model name or path"),
+                              "pretrained_model_name_or_path", "hf_checkpoint", "actor.path", "model_id_or_path"),
+             "model name or path"),
     FactSpec("finetuning_type", "str", ("finetuning_type", "train_type", "sft_type", "tuner_type"),
              "full / lora / qlora"),
-    FactSpec("use_peft", "bool", ("use_peft", "use_lora", "lora"), "PEFT adapters"),
+    FactSpec("use_peft", "bool", ("use_peft", "use_lora", "lora", "use_llm_lora", "use_backbone_lora"), "PEFT adapters"),
     FactSpec("lora_task_type", "str", ("lora_task_type", "task_type"), "PEFT task type"),
     FactSpec("trainable_embeddings", "bool", ("train_embeddings", "modules_to_save_embed"),
              "embed_tokens / lm_head trained"),
@@ -635,7 +636,7 @@ ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
                            r"rows? (?:is |are )?(?:fully|completely|entirely) masked|all[- ]masked rows?"), True),
         # "OOM" as a word: bloom-560m and BLOOM are models, not out-of-memory reports.
         # (not Megatron's `max_tokens_to_oom` argument)
-        ("cuda_oom", (r"CUDA out of memory|OutOfMemoryError|out of memory|显存不[足够]|显存溢出|显存爆(?:了|掉)|"
+        ("cuda_oom", (r"CUDA out of memory|OutOfMemoryError|out of memory|显存不[足够]|显存溢出|显存爆(?:了|掉)|超显存|爆显存|"
                       r"(?<![A-Za-z_])OOM\b"), False),
         ("import_error", r"ModuleNotFoundError|ImportError|No module named|cannot import name", False),
         ("pip_error", (r"Could not find a version that satisfies|ResolutionImpossible|Failed building wheel|"

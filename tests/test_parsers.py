@@ -1683,6 +1683,26 @@ def test_raw_thread_openings_seventh_round(text, key, value):
     ("When I use bf16, the loss becomes very large after the weight is updated for the first time.", "symptom",
      ["collapse"]),
     ("ValueError: nan loss detected", "nan_metrics", ["loss"]),
+    # Chinese multimodal fine-tuning (InternVL, MiniCPM-V, Qwen-VL, GLM-4V, DeepSeek-VL, Ascend)
+    ("The learning rate is 1e-7.", "learning_rate", 1e-7),
+    ("The learning rate is 0.0001.", "learning_rate", 0.0001),
+    ("torchrun --nproc_per_node=2 internvl/train/internvl_chat_finetune.py --use_llm_lora 16\nloss=0", "use_peft", True),
+    ("the loss will decrease to 0 after step-1", "first_bad_step", 1),
+    ("推理会报错`inf`, `nan` or element < 0", "symptom", None),
+    ("更换2机16卡后，grad_norm变成nan", "num_nodes", 2),
+    ("更换2机16卡后，grad_norm变成nan", "num_gpus", 8),
+    (("{'loss': '0', 'global_step/max_steps': '3/294'}\n{'loss': '0', 'global_step/max_steps': '2/294'}\n"
+     "{'loss': '12.9', 'global_step/max_steps': '1/294'}"), "first_bad_step", 2),  # a log viewer's newest-first paste
+    ("第二个step及以后 loss变为0", "first_bad_step", 2),
+    ("loss在100个step后变成0", "first_bad_step", 100),
+    ("gradnorm为nan", "nan_metrics", ["grad_norm"]),
+    ("swift sft --model_id_or_path /data/ckpt/my-model --sft_type full\nloss=0", "model", "/data/ckpt/my-model"),
+    ("我在8张3090上面训练会超显存", "errors", ["cuda_oom"]),
+    ("- Transformers version: 4.49.0\n- TRL version: 0.9.6\nstage: sft\nfinetuning_type: full\nloss变成nan", "framework",
+     "transformers"),
+    ("[57325] - GPU number: 8\nloss变成nan", "num_gpus", 8),
+    (("[INFO|2025-07-01 16:31:40] llamafactory.model.adapter:143 >> Upcasting trainable params to float32.\n"
+     "Gradient overflow. Skipping step"), "precision", "fp16"),
 ])
 def test_raw_thread_openings_eighth_round(text, key, value):
     assert values(text).get(key) == value

@@ -3,6 +3,7 @@ strings and environment dumps -> facts nan_metrics, zero_metrics, huge_metrics, 
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -363,6 +364,13 @@ def _first_bad_step(logged: list[Record], bad: list[Record], facts: Facts, sourc
     the records carry no counter at all and the paste starts the run."""
     stepped = any(r.step is not None for r in logged)
     bad_ids = {id(b) for b in bad}  # a set: a 50 MB log holds hundreds of thousands of records
+    steps = [r.step for r in logged if r.step is not None]
+    if len(steps) >= 2 and all(a > b for a, b in itertools.pairwise(steps)):
+        # a log viewer's newest-first paste (step 3, then 2, then 1): the earliest bad step is the smallest
+        early = min((r for r in logged if id(r) in bad_ids and r.step is not None), key=lambda r: r.step, default=None)
+        if early is not None:
+            facts.set("first_bad_step", early.step, "log", early.line, f"step {early.step}: {early.text.strip()}", source)
+            return
     for k, r in enumerate(logged):
         if id(r) not in bad_ids:
             continue
@@ -448,7 +456,7 @@ _PIP_LIST = re.compile(r"^\s*(?P<pkg>[A-Za-z][\w\-]*)\s{2,}(?P<ver>v?\d+(?:\.\d+
 _UNSLOTH_BANNER = re.compile(r"Unsloth:? (?:(?P<a>20\d\d\.\d{1,2}(?:\.\d{1,3})?):? Fast \w+ patching|Fast \w+ patching "
                              r"release (?P<b>20\d\d\.\d{1,2}(?:\.\d{1,3})?))")
 # An environment list's GPU count ("- GPU number: 8", "GPU数量：8").
-_GPU_COUNT_ENV = re.compile(r"^[\s>*-]*(?:GPU[ _]?(?:number|count|num)|Number of GPUs|GPU数量|显卡数量|卡数)\s*[:：]\s*(?P<n>\d{1,4})\s*$",
+_GPU_COUNT_ENV = re.compile(r"^(?:\[\d{1,7}\])?[\s>*-]*(?:GPU[ _]?(?:number|count|num)|Number of GPUs|GPU数量|显卡数量|卡数)\s*[:：]\s*(?P<n>\d{1,4})\s*$",
                             re.IGNORECASE)
 _DEVICE_LIST = re.compile(r"^[\s>*-]{0,6}CUDA device\(s\)[ \t]*:[ \t]*(?P<d>[^\n]{1,2000})$", re.IGNORECASE)
 _PY_VISIBLE = re.compile(r"os\.environ\[[ \t]*[\"'](?:CUDA|ASCEND_RT|HIP)_VISIBLE_DEVICES[\"'][ \t]*\][ \t]*=[ \t]*"

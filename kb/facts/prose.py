@@ -198,16 +198,17 @@ _EVERY_STEP = re.compile(r"(?:at|on|in) every (?:single )?(?:step|iteration)|每
 _LATER = re.compile(r"\b(?:then|after|later|afterwards)\b|之后|然后|后来|以后", re.IGNORECASE)
 # "NaN at step 300", "from step 120 on", "第二步开始就是 0": a later first bad step, said in words.
 _AT_STEP = re.compile(r"\b(?:(?:at|from|since|starting (?:at|from)|on|after|around|about|comes to|reach(?:es|ed|ing)?) "
-                      r"(?:the )?(?:step|iteration|iter)(?: ?= ?| )(\d{1,3}(?:,\d{3}){1,2}(?!\d)|\d{1,7})|"
+                      r"(?:the )?(?:step|iteration|iter)(?: ?= ?| |-)(\d{1,3}(?:,\d{3}){1,2}(?!\d)|\d{1,7})|"
                       r"after (?:about |around |roughly |approximately |~ ?)?(\d{1,3}(?:,\d{3}){1,2}|\d{1,7}) (?:or so )?"
                       r"(?:training )?(?:steps|iterations|iters))\b|"
                       # "after one step", "after the first step", "when training one step", "around 80 iters in"
                       r"\b(?:after|training) (?:(?:the )?(first|1st)|(one|two|three|four|five|ten|1)) (?:training )?"
                       r"(?:steps?|iterations?|iters?)\b|"
                       r"\b(?:around|about|roughly|approximately|~) ?(\d{1,7}) (?:steps|iterations|iters) in\b|"
-                      r"从?第\s*(\d{1,7}|[一二三四五六七八九十两]{1,3})\s*(?:步|个\s*step|次迭代)\s*(?:开始|起|就|时|后|之后|以后|"
+                      r"从?第\s*(\d{1,7}|[一二三四五六七八九十两]{1,3})\s*(?:步|个\s*step|次迭代)\s*(?:开始|起|就|时|后|之后|以后|及以后|"
                       r"[,，]?\s*(?=loss|grad|梯度|损失))|"
                       r"(?<![A-Za-z])step\s*(\d{1,7})\s*(?:时|的时候|之后|以后|后)|"
+                      r"在\s*(\d{1,7})\s*个?\s*(?:step|步|iter)s?\s*(?:之后|以后|后)|"
                       r"(?:训练|跑)了?\s*(\d{1,7})\s*[多余]?\s*(?:步|个\s*steps?|次迭代)\s*(?:之后|以后|后)|"
                       # "大约 20 多步后 loss 开始为 nan" (not "每 100 步后": a period, not a moment)
                       r"(?<![每\d])(?:大约|大概|约)\s*(\d{1,7})\s*[多余]?\s*(?:步|个\s*steps?|次迭代)\s*(?:之后|以后|后)|"
@@ -404,6 +405,8 @@ def _when_it_happens(s: str, start: int) -> bool:
 # The fixed wording of generate()'s sampling error lists NaN and inf as possibilities ("probability tensor contains
 # either `inf`, `nan` or element < 0"): the error id says it (prob_tensor_invalid), not a NaN symptom.
 _ERROR_WORDING = re.compile(r"contains either[ \t`'\",]{0,6}(?:inf[ \t`'\",]{0,6})?$", re.IGNORECASE)
+# the same error cut short: "推理会报错`inf`, `nan` or element < 0"
+_ERROR_TAIL = re.compile(r"[ \t`'\",]{0,6}(?:nan[ \t`'\",]{0,6})?or element\s*[<＜]\s*0", re.IGNORECASE)
 # Megatron's "number of nan iterations:   0 |", a "nan_count: 0" column: NaNs counted and found none.
 # (Bounded gaps: the pattern stays linear however many spaces a line holds.)
 _COUNTED_ZERO = re.compile(r"[ \t_-]{0,3}(?:iterations?|iters?|steps?|counts?|grads?|gradients?|batch(?:es)?|samples?|"
@@ -626,6 +629,7 @@ def _empty_field(lines: list[tuple[int, str]], n: int, s: str) -> bool:
     return not (nxt and len(nxt) - len(nxt.lstrip()) > indent)
 
 
+_UPCAST = re.compile(r"upcast\w*", re.IGNORECASE)
 # A quantized run (QLoRA, 4-bit) set against its unquantized counterpart, named by "full-precision" + the thing.
 _FULL_PRECISION_OTHER = re.compile(r"[ \t]{1,3}(?:LoRA|model|baseline|weights|counterpart|version|checkpoint)s?\b",
                                    re.IGNORECASE)
@@ -656,6 +660,8 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                     continue
                 if _NEGATED_DTYPE.search(before):
                     continue  # "its default (non-bf16) precision", "非 bf16": not the run's dtype
+                if d == "fp32" and _UPCAST.search(before):
+                    continue  # LLaMA-Factory's "Upcasting trainable params to float32." in every LoRA run
                 if d == "fp32" and fold(m.group(1))[:4] == "full" and _FULL_PRECISION_OTHER.match(clause, m.end()) \
                         and _QUANTIZED.search(s):
                     continue  # "QLoRA adds error that plain full-precision LoRA does not have": the comparison
@@ -1019,6 +1025,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                 continue  # `    total_loss = 0`: a script starting its sum, not a loss that reached 0
             hit = next((m for m in rx.finditer(s) if not _SAID_ABSENT.search(before := s[max(0, m.start() - 40):m.start()])
                         and not _EXPECTED_NOT.search(before) and not _ERROR_WORDING.search(before)
+                        and not (sym in ("nan", "inf") and _ERROR_TAIL.match(s, m.end()))
                         and not _when_it_happens(s, m.start())
                         and not (sym in ("nan", "inf") and (_HARDWARE_FIGURE.search(before)
                                                             or _COUNTED_ZERO.match(s, m.end())))), None)
@@ -1226,7 +1233,7 @@ def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: s
         return
     if name == "entropy" and start > 0 and re.search(r"cross[- _]?$", s[max(0, start - 6):start], re.IGNORECASE):
         name = "loss"  # "the perplexity and cross-entropy become NaN": the training loss, not a policy's entropy
-    name = {"grand_norm": "grad_norm"}.get(name, name)  # a typo often made
+    name = {"grand_norm": "grad_norm", "gradnorm": "grad_norm"}.get(name, name)  # a typo, a spelling
     if name == "loss" and start > 0 and _EVAL_BEFORE.search(s[max(0, start - 20):start]):
         name = "eval_loss"
     if name in ("norm", "norms") and start > 0 and _GRAD_BEFORE.search(s[max(0, start - 12):start]):
@@ -1259,7 +1266,7 @@ def derive(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     fw, trl = facts.get("framework"), facts.get("trl_version")
     listed = any(facts.get(k) is not None and facts.get(k).kind == "env" for k in ("transformers_version", "torch_version"))
     if trl is not None and trl.kind == "env" and listed and re.search(r"\bTRL version", trl.detail, re.IGNORECASE) \
-            and (fw is None or (fw.value == "transformers" and fw.kind == "text")):
+            and "finetuning_type" not in facts and (fw is None or (fw.value == "transformers" and fw.kind == "text")):
         facts.items.pop("framework", None)
         facts.set("framework", "trl", "text", trl.line, f"TRL's environment list: {trl.detail}", trl.source)
     # Dynamic loss scaling exists only for fp16: "OVERFLOW! Skipping step" / "loss scale already at minimum"

@@ -51,7 +51,7 @@ _SEP = (r"[\"'`]?[ \t]*(?:参数|选项|的值|值|parameter|option|flag|setting
         r"(?:[（(][ \t]*(?:如|例如|比如|e\.g\.,?|eg\.?)?[ \t]*)?")
 _VALUE = re.compile(
     _SEP + r"(?:[\"'“”‘’`](?P<qv>[^\"'“”‘’`\n]{1,80})[\"'“”‘’`]|"
-    r"(?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)(?![A-Za-z0-9_.])|"
+    r"(?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)(?![A-Za-z0-9_]|\.[A-Za-z0-9_])|"
     r"(?P<word>[A-Za-z_][A-Za-z0-9_.\-/]{0,120}))", re.IGNORECASE)
 # Only words that can be config keys in prose: flags (--x), identifiers with "_" or "." (max_length,
 # zero_optimization.stage) and any word directly followed by ":" or "=" (YAML, key=value).
@@ -244,6 +244,7 @@ _NUM_GPUS = re.compile(
     rf"(?<![A-Za-z\d.十百两一二三四五六七八九/-])(\d{{1,3}}|{'|'.join(_NUMBER_WORDS)})[ \t]*(?:个|张|块)?[ \t]*"
     rf"(?:[x×*][ \t]*)?(?:(?:NVIDIA|Nvidia|nvidia)[ \t]+)?(?:(?:{GPU_MODELS})[ \t]*)?"
     rf"(?:(?:GPUs?|NPUs?|cards?|(?:{GPU_MODELS})s?)(?![A-Za-z0-9])|显?卡)", re.IGNORECASE)
+_NODES_CARDS = re.compile(r"(?<![\d.])(\d{1,3}|单|两|二|四|八)[ \t]?机[ \t]?(\d{1,4})[ \t]?卡")
 _NUM_NODES = re.compile(r"(?<![A-Za-z\d.-])(\d{1,4}|two|three|four|eight|sixteen|两|二|三|四|八)[ \t]?(?:nodes\b|machines\b(?= (?:with|each|of))|"
                         r"个节点|台机器|台服务器)", re.IGNORECASE)
 # Around a card's name (a GPU_NAME match): cards counted after it ("A800  80G *8 的机器"), nodes times cards before it
@@ -296,6 +297,13 @@ def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
                 continue  # "I am not using zero3", "（not user zero3）": a stage the run did not use
             out.append(Finding("zero_stage", int(m.group(1)), _snippet(text, m.start(), m.end()), "prose", m.start()))
     if not recommendation:
+        for m in hay.gate(_NODES_CARDS).finditer(text):  # "更换2机16卡后": 2 nodes of 8 cards
+            nodes = _NUMBER_WORDS.get(m.group(1)) or _NUMBER_WORDS_BEFORE.get(m.group(1)) or int(m.group(1))
+            cards = int(m.group(2))
+            if 1 <= nodes <= 1024 and cards % nodes == 0 and not _ALTERNATIVE.match(text, m.end()):
+                snippet = _snippet(text, m.start(), m.end())
+                out.append(Finding("num_nodes", nodes, snippet, "prose", m.start()))
+                out.append(Finding("num_gpus", cards // nodes, snippet, "prose", m.start()))
         for m in hay.gate(_NUM_NODES).finditer(text):  # "with 4 nodes each having 8 h100 Gpus", "2个节点"
             if not _ALTERNATIVE.match(text, m.end()):
                 word = fold(m.group(1))
