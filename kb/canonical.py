@@ -130,7 +130,8 @@ FACTS: tuple[FactSpec, ...] = (
              "learning rate of the vision tower"),
     FactSpec("micro_batch_size", "int",
              ("per_device_train_batch_size", "micro_train_batch_size", "micro_batch_size", "batch_size",
-              "batch_size_training", "train_micro_batch_size_per_gpu", "ppo_micro_batch_size_per_gpu", "mbs"),
+              "batch_size_training", "train_micro_batch_size_per_gpu", "ppo_micro_batch_size_per_gpu", "mbs",
+              "per_device_batch", "per_device_batch_size"),
              "per-device micro-batch size"),
     FactSpec("gradient_accumulation_steps", "int", ("gradient_accumulation_steps", "grad_accum", "accumulative_counts",
                                                     "grad_accum_steps", "accumulation_steps"),
@@ -641,7 +642,8 @@ ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
         ("import_error", r"ModuleNotFoundError|ImportError|No module named|cannot import name", False),
         ("pip_error", (r"Could not find a version that satisfies|ResolutionImpossible|Failed building wheel|"
                       r"subprocess-exited-with-error|pip install.{0,40}(?:fail|error)|dependency conflicts"), False),
-        ("nccl_error", r"NCCL (?:error|WARN|timeout)|Watchdog caught collective operation timeout", False),
+        ("nccl_error", (r"NCCL (?:error|WARN|timeout)|Watchdog caught collective operation timeout|NCCL\s*(?:通信)?超时|"
+                       r"NCCL operation timed out|watchdog got stuck"), False),
         ("segfault", r"Segmentation fault|core dumped", False),
         # A dtype mismatch stops training with an exception before any step (fp16 trainable weights under fp16
         # autocast, a bf16 module fed fp32 input): a crash to fix, not a divergence.
@@ -707,7 +709,7 @@ DTYPE_OF_WORD = {"fp16": "fp16", "float16": "fp16", "half precision": "fp16", "h
 # Model families, most specific first: (family key, pattern).
 MODEL_FAMILIES = (
     # (a digit after the version is a size: "Gemma 27B", "Qwen 32B"; "Qwen25" is Qwen2.5)
-    ("qwen3.5", r"qwen[-_ ]?3[._]5"), ("qwen2.5", r"qwen[-_ ]?2(?:[._]5|5(?!\d))"), ("qwen3", r"qwen[-_ ]?3(?!\d)"),
+    ("qwen3.5", r"qwen[-_ ]?3[._]5"), ("qwen2.5", r"qwen[-_ ]?2(?:[._]5|___5|5(?!\d))"), ("qwen3", r"qwen[-_ ]?3(?!\d)"),
     ("qwen2", r"qwen[-_ ]?2(?!\d)"), ("qwen2", r"qwen[-_ ]?1[._]5"),  # Qwen1.5 is the Qwen2 architecture
     ("qwen2.5", r"(?<![a-z])qwq(?![a-z])"),  # QwQ-32B is built on Qwen2.5
     ("qwen", r"qwen"),
@@ -737,7 +739,7 @@ MODEL_NAMES_NEED_VERSION = {"glm", "yi", "phi", "opt", "bloom", "falcon"}
 GPU_MODELS = (r"V100|T4|P100|P40|A100|A800|H100|H800|H200|H20|A10G?|A[2456]000|A4500|L40S?|L4|L20|A40|GB[23]00|GH200|"
               r"B[12]00|"
               r"(?i:[ahv]100|[ah]800|h200?)|"  # typed in lower case: "2 a800 GPU", "使用h20卡"
-              r"(?:RTX|GeForce(?: RTX)?)\s?[2345]0[6789]0(?:\s?Ti)?(?:\s?SUPER)?|(?:Ascend\s?)?910B[A-Za-z0-9]*|MI\s?\d{3}X?|"
+              r"(?:(?i:rtx)|GeForce(?: RTX)?)\s?[2345]0[6789]0(?:\s?Ti)?(?:\s?SUPER)?|(?:Ascend\s?)?910B[A-Za-z0-9]*|MI\s?\d{3}X?|"
               r"TITAN\s?(?:V|RTX|Xp?)\b|GTX\s?1080")
 # ASCII boundaries: in "在A100上训练" the name sits between Chinese characters, which `\b` counts as word characters.
 # A bare "4090" counts only after a count of cards ("2张4090", "8*4090") or before "显卡" / "GPU": step counters
@@ -760,7 +762,7 @@ def gpu_name(raw: str) -> str:
     name = re.sub(r"^Ascend ?", "", re.sub(r"\s+", " ", raw.strip()))  # "Ascend910B2C" -> "910B2C"
     name = re.sub(r"^MI (?=\d)", "MI", name)  # "8 MI 250 GPUs"
     name = re.sub(r"^(?:NVIDIA )?GeForce (?=RTX)", "", name)  # "NVIDIA GeForce RTX 4090" (an env block) -> "RTX 4090"
-    name = re.sub(r"^RTX(?=\d)", "RTX ", name)  # "RTX3090" -> "RTX 3090"
+    name = re.sub(r"^rtx ?(?=\d)", "RTX ", name, flags=re.IGNORECASE)  # "RTX3090", "rtx3090" -> "RTX 3090"
     if re.fullmatch(r"[ahv]\d{3}|h20", name):
         return name.upper()
     m = re.fullmatch(r"([2345]0[6789]0)(?: ?(ti|Ti|TI|tI)|(D))?", name)  # "2080ti" -> "RTX 2080 Ti"

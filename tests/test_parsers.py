@@ -1703,6 +1703,26 @@ def test_raw_thread_openings_seventh_round(text, key, value):
     ("[57325] - GPU number: 8\nloss变成nan", "num_gpus", 8),
     (("[INFO|2025-07-01 16:31:40] llamafactory.model.adapter:143 >> Upcasting trainable params to float32.\n"
      "Gradient overflow. Skipping step"), "precision", "fp16"),
+    # Hugging Face library issues, and out-of-scope look-alikes (which must stay out of scope)
+    ("The 0 loss and NaN outputs appear immediately as training begins.", "first_bad_step", 1),
+    ("the loss becomes inf right away.", "first_bad_step", 1),
+    ("In the first batch of training, after the backward of AdamW optimizer, the loss is nan.", "first_bad_step", 1),
+    ("on the second step, loss will become `NaN`.", "first_bad_step", 2),
+    ("on the second step, loss will become `NaN`.", "nan_metrics", ["loss"]),
+    ("it gives ```nan``` in the validation loss", "nan_metrics", ["eval_loss"]),
+    ("PER_DEVICE_BATCH = 1\nGRAD_ACCUM = 8", "micro_batch_size", 1),
+    ("I'm using autocast with GradScaler to train on mixed precision. After few epochs the loss turns to nan.",
+     "precision", "fp16"),
+    ("NCCL 通信超时", "errors", ["nccl_error"]),
+    ("NCCL operation timed out during GRPO training", "errors", ["nccl_error"]),
+    ("model_name_or_path: /root/.cache/modelscope/hub/Qwen/Qwen2___5-7B-Instruct\nloss nan", "model_family", "qwen2.5"),
+    ("4*A100 (80G) 全参微调 loss nan\n# torchrun --nproc_per_node=3\naccelerate launch src/train_sft.py --fp16",
+     "num_gpus", 4),
+    ("运行 torchrun --nproc_per_node 8 --nnodes 1 src/train.py configs/train_dpo/test.yaml\nstage: dpo\nloss nan",
+     "framework", "LLaMA-Factory"),
+    ("First of all, my gpu is rtx3090. loss becomes nan", "gpu", "RTX 3090"),
+    ("Qwen-72b-Chat lora+Deepspeed-3微调 loss nan", "zero_stage", 3),
+    ("DeepSpeed 0.9.3 loss nan", "zero_stage", None),
 ])
 def test_raw_thread_openings_eighth_round(text, key, value):
     assert values(text).get(key) == value

@@ -41,11 +41,16 @@ _HALF_CALL = re.compile(r"\b(?P<obj>\w*model\w*)\s*(?:=\s*\w+)?\.(?:half\(\)|to\
                         re.IGNORECASE)
 _FROM_PRETRAINED = re.compile(r"from_pretrained\(\s*(?:pretrained_model_name_or_path\s*=\s*)?(?:[\"'](?P<m>[^\"']+)[\"'])?")
 _QUOTED_ARG = re.compile(r"^\s*[\"'](?P<m>[^\"']+)[\"']\s*,?\s*(?:#.*)?$")
-_AUTOCAST = re.compile(r"autocast\([^)]*dtype\s*=\s*torch\.(?P<d>float16|half|bfloat16)|GradScaler\(", re.IGNORECASE)
+_AUTOCAST = re.compile(r"autocast\([^)]*dtype\s*=\s*torch\.(?P<d>float16|half|bfloat16)|GradScaler\(|"
+                       r"(?:autocast|AMP) (?:with|and|\+) (?:a )?GradScaler\b", re.IGNORECASE)
 _LAUNCHERS = ("swift", "deepspeed", "torchrun", "accelerate", "python", "python3", "llamafactory-cli", "xtuner",
               "trl", "bash", "sh", "srun", "ray", "openrlhf", "colossalai", "tune", "axolotl")
 # ms-swift's Megatron-SWIFT installs a `megatron` command: `megatron sft --model Qwen/Qwen3-8B ...`
 _SWIFT_MEGATRON = re.compile(r"megatron (?:sft|pt|rlhf|export)\b", re.IGNORECASE)
+_COMMENTED_COMMAND = re.compile(r"^[ \t]*#+[ \t]*(?:[A-Z_][A-Z0-9_]*=\S*[ \t]+){0,4}(?:torchrun|deepspeed|accelerate|python3?|"
+                                r"swift|llamafactory-cli|srun|bash|sh)[ \t]+\S")
+_RUN_PREFIX = re.compile(r"^[ \t]*(?:运行|执行|启动命令|命令|I (?:run|ran|use|used)|running|run)[ \t]*[:：]?[ \t]*(?=\S+[ \t])",
+                         re.IGNORECASE)
 _ENV_ASSIGN = re.compile(r"^[A-Z_][A-Z0-9_]*=\S*$")
 _WRAPPERS = {"nohup": 1, "exec": 1, "time": 1, "poetry": 2, "uv": 2, "pipenv": 2}  # `poetry run python -m ...`
 
@@ -95,7 +100,7 @@ def commented_setting(s: str) -> bool:
     """`# flash_attn: fa2`, `#   --deepspeed ds_z3.json`: a setting commented out in a pasted config or script."""
     m = _COMMENTED.match(s) if "#" in s else None
     if m is None:
-        return False
+        return "#" in s and _COMMENTED_COMMAND.match(s) is not None  # `# torchrun --nproc_per_node=3`: never run
     key = m.group("f") or m.group("k")
     return canonical_key(key) is not None or key.lower() in PRECISION_FLAGS
 
@@ -551,8 +556,11 @@ def logical_commands(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
     buf: list[str] = []
     start = 0
     for n, s in lines:
+        if not buf and s.lstrip().startswith("#"):
+            continue  # `# torchrun --nproc_per_node=3`: a command commented out, never run
         if not buf:
             start = n
+            s = _RUN_PREFIX.sub("", s)  # "运行 torchrun ...", "I run torchrun ...": the command after the words
         cont = s.rstrip().endswith("\\")
         buf.append(s.rstrip().rstrip("\\"))
         if cont:

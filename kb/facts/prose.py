@@ -100,7 +100,7 @@ _PROSE_METRIC_THEN = re.compile(
     r"fell)[ \t]{1,3}to[ \t]{1,3}|becomes?[ \t]{1,3}|became[ \t]{1,3}|turn(?:s|ed)?[ \t]{1,3}(?:in)?to[ \t]{1,3})[ \t]{0,3}"
     r"(?P<v>" + _BAD_VALUE + r")(?![A-Za-z0-9_.])", re.IGNORECASE)
 _ZH_METRIC = (("梯度", "grad_norm"), ("损失", "loss"), ("奖励", "reward"), ("kl", "kl"))
-_PROSE_METRIC_REV = re.compile(r"(?<![A-Za-z0-9_])(?P<v>nan|NaN|inf|Inf)(?:s|['’]s)?\b['\"`”’]?\s*(?:values?\s*)?(?:in|for|of|on)\s+"
+_PROSE_METRIC_REV = re.compile(r"(?<![A-Za-z0-9_])(?P<v>nan|NaN|inf|Inf)(?:s|['’]s)?\b['\"`”’]{0,3}\s*(?:values?\s*)?(?:in|for|of|on)\s+"
                                r"(?:(?:the|both|local|global|total)\s+)*(?:grad(?:ient)?\s+(?=norm))?"
                                r"(?:(?:validation|evaluation|eval|val|training|train|test)\s+(?=loss))?"
                                r"(?P<m>" + _METRIC_NAME + r")", re.IGNORECASE)
@@ -124,7 +124,7 @@ _NOT_FINITE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")\s+(?:i
 # "loss: 11.20 -> 11.17 -> nan", "loss 2.1 → 8.3 → inf": a trajectory that ends in a bad value.
 _TRAJECTORY = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")['\"]?\s*[:=：]?\s*(?:[-+]?[\d.]+(?:e[-+]?\d+)?\s*"
                          r"(?:->|→|=>|—>|to|then|,)\s*)+(?P<v>nan|inf|0(?:\.0+)?(?![\d.]))(?![A-Za-z0-9_])", re.IGNORECASE)
-_GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|goes?(?: to)?|went(?: to)?|turns? (?:in)?to|turn(?:s|ed)?|"
+_GAP_OK = re.compile(r"^(?:\s*(?:is|was|are|were|becomes?|became|will be|will become|goes?(?: to)?|went(?: to)?|turns? (?:in)?to|turn(?:s|ed)?|"
                      # "the loss stays at 0", "grad_norm is stuck at nan"
                      r"(?:stays?|stayed|remains?|remained|(?:is |was |gets? |got )?stuck|sits?|sat|pinned) at|"
                      r"stays?|remains?|always|keeps?|got|gets|shows?|reports?|of|to|equals?|both|=|:|：|一直|都|总|变|变为|"
@@ -188,6 +188,8 @@ def _gap_ok(gap: str) -> bool:
 # "from the first step the loss is nan", "从第一步起 loss 就是 0": the first bad step, said in words (a log's own
 # step counter, read earlier, wins). The clause must also name a bad value and not call anything normal.
 _FROM_START = re.compile(r"from the (?:very )?(?:first|1st) (?:step|iteration)|(?:from|at|on) step (?:0|1)\b|"
+                         r"\bright away\b|(?:immediately|as soon as) (?:as |when |after )?(?:the )?training (?:begins|starts)|"
+                         r"\bin the (?:very )?first (?:batch|step|iteration)\b|after the first batch\b|"
                          r"from the (?:very )?(?:start|beginning|outset)\b|(?:从|一)开始(?:训练)?就|开始训练就|从一开始|"
                          r"(?:at|on) the (?:very )?(?:first|1st) (?:step|iteration)|"
                          r"从第\s*(?:一|1|0)\s*(?:步|个\s*step|次迭代)|第\s*(?:一|1|0)\s*(?:步|个\s*step)(?:就|即|起|开始)",
@@ -205,6 +207,7 @@ _AT_STEP = re.compile(r"\b(?:(?:at|from|since|starting (?:at|from)|on|after|arou
                       r"\b(?:after|training) (?:(?:the )?(first|1st)|(one|two|three|four|five|ten|1)) (?:training )?"
                       r"(?:steps?|iterations?|iters?)\b|"
                       r"\b(?:around|about|roughly|approximately|~) ?(\d{1,7}) (?:steps|iterations|iters) in\b|"
+                      r"\b(?:on|at|in) the (second|third|2nd|3rd) (?:training )?(?:step|iteration)\b|"
                       r"从?第\s*(\d{1,7}|[一二三四五六七八九十两]{1,3})\s*(?:步|个\s*step|次迭代)\s*(?:开始|起|就|时|后|之后|以后|及以后|"
                       r"[,，]?\s*(?=loss|grad|梯度|损失))|"
                       r"(?<![A-Za-z])step\s*(\d{1,7})\s*(?:时|的时候|之后|以后|后)|"
@@ -216,7 +219,8 @@ _AT_STEP = re.compile(r"\b(?:(?:at|from|since|starting (?:at|from)|on|after|arou
                       r"(?:训练|跑)?到\s*第?\s*(\d{1,7})\s*[多余]?\s*(?:步|个?\s*(?:iter|step)s?(?![A-Za-z0-9_])|次迭代)|"
                       # "训练到 step 205 左右出现 nan", "在step205左右nan"
                       r"(?:训练|跑|在)到?\s*(?:step|iter(?:ation)?)\s*(\d{1,7})", re.IGNORECASE)
-_EN_STEPS = {"first": 1, "1st": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "ten": 10}
+_EN_STEPS = {"first": 1, "1st": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "ten": 10, "second": 2,
+             "2nd": 2, "third": 3, "3rd": 3}
 _CN_DIGITS = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 
 

@@ -230,6 +230,7 @@ _ZERO = [
     re.compile(r"(?<![A-Za-z])zero[_-]?([0-3])(?![0-9])", re.IGNORECASE),
     re.compile(r"(?<![A-Za-z])zero[\s_-]*stage[\s_-]*[:=]?\s*([0-3])(?![0-9])", re.IGNORECASE),
     re.compile(r"deepspeed\s+zero\s*([0-3])(?![0-9])", re.IGNORECASE),
+    re.compile(r"deepspeed-([1-3])(?![\d.])", re.IGNORECASE),  # "lora+Deepspeed-3微调"
     re.compile(r"ZeRO\s+([0-3])(?![0-9])"),
     re.compile(r"zero_optimization[\"']?\s*[:=]\s*\{[^{}]{0,200}?[\"']?stage[\"']?\s*[:=]\s*([0-3])"),
 ]
