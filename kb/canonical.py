@@ -413,7 +413,7 @@ FRAMEWORKS: dict[str, tuple[str, ...]] = {
     "DeepSpeed-Chat": ("deepspeed-chat", "deepspeedexamples", "deepspeed chat"),
     "unsloth": ("unsloth", "fastlanguagemodel", "fastvisionmodel"),
     "ColossalAI": ("colossalai", "colossal-ai", "colossal ai"),
-    "transformers": ("transformers", "hf trainer", "huggingface trainer"),
+    "transformers": ("transformers", "hf trainer", "huggingface trainer", "trainingarguments"),  # `TrainingArguments(`
     "pytorch": ("pytorch", "torch"),
     "axolotl": ("axolotl",),
     "Megatron-LM": ("megatron", "megatron-lm"),

@@ -1723,6 +1723,10 @@ def test_raw_thread_openings_seventh_round(text, key, value):
     ("First of all, my gpu is rtx3090. loss becomes nan", "gpu", "RTX 3090"),
     ("Qwen-72b-Chat lora+Deepspeed-3微调 loss nan", "zero_stage", 3),
     ("DeepSpeed 0.9.3 loss nan", "zero_stage", None),
+    ("grad_norm为nan\nnvidia-smi: NVIDIA H20, 535.216.03\nNVIDIA H20, 535.216.03\nNVIDIA H20, 535.216.03", "num_gpus", 3),
+    ("GPU 0: NVIDIA H20 (UUID: GPU-1)\nGPU 1: NVIDIA H20 (UUID: GPU-2)\nloss nan", "num_gpus", 2),
+    ('args = TrainingArguments(output_dir="out", fp16=True)\ntrainer = Trainer(model, args)\nloss is nan', "framework",
+     "transformers"),
 ])
 def test_raw_thread_openings_eighth_round(text, key, value):
     assert values(text).get(key) == value

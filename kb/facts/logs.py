@@ -458,12 +458,14 @@ _UNSLOTH_BANNER = re.compile(r"Unsloth:? (?:(?P<a>20\d\d\.\d{1,2}(?:\.\d{1,3})?)
 # An environment list's GPU count ("- GPU number: 8", "GPU数量：8").
 _GPU_COUNT_ENV = re.compile(r"^(?:\[\d{1,7}\])?[\s>*-]*(?:GPU[ _]?(?:number|count|num)|Number of GPUs|GPU数量|显卡数量|卡数)\s*[:：]\s*(?P<n>\d{1,4})\s*$",
                             re.IGNORECASE)
+_SMI_CARD = re.compile(r"^[ \t]*(?:nvidia-smi:[ \t]*)?(?:GPU \d{1,3}: NVIDIA [^\n(]{1,60}\(UUID|NVIDIA [A-Za-z0-9 -]{1,40}, \d{3}\.\d{1,3}(?:\.\d{1,3})?[ \t]*$)")
 _DEVICE_LIST = re.compile(r"^[\s>*-]{0,6}CUDA device\(s\)[ \t]*:[ \t]*(?P<d>[^\n]{1,2000})$", re.IGNORECASE)
 _PY_VISIBLE = re.compile(r"os\.environ\[[ \t]*[\"'](?:CUDA|ASCEND_RT|HIP)_VISIBLE_DEVICES[\"'][ \t]*\][ \t]*=[ \t]*"
                          r"[\"'](?P<d>\d{1,3}(?:,[ \t]?\d{1,3}){0,63})[\"']")
 _TORCH_ENV = re.compile(r"PyTorch version(?:\s*\((?:GPU|accelerator)\?\))?\s*:\s*(?P<ver>\d+(?:\.\d+)+[\w+\-]*(?:\.[\w+\-]+)*)", re.IGNORECASE)
 def env_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     requirements = sum(1 for _, s in lines if _REQUIREMENT.match(s)) >= 2
+    cards = [(n, s) for n, s in lines if "NVIDIA" in s and _SMI_CARD.match(s)]
     for n, s in lines:
         pip = _PIP_LIST.match(s)
         for m in list(_PKG.finditer(s)) + ([pip] if pip else []):
@@ -490,6 +492,9 @@ def env_facts(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             facts.set("framework_version", m.group("a") or m.group("b"), "env", n, m.group(0), source)
             facts.set("framework", "unsloth", "env", n, m.group(0), source)
         m = _GPU_COUNT_ENV.match(s) if "num_gpus" not in facts else None
+        if m is None and cards and n == cards[-1][0] and "num_gpus" not in facts:
+            # `nvidia-smi -L` ("GPU 0: NVIDIA H20 (UUID: ...)") or `--query-gpu=name,driver_version`: a line per card
+            facts.set("num_gpus", len(cards), "env", cards[0][0], cards[0][1].strip(), source)
         if m and int(m.group("n")) > 0:
             facts.set("num_gpus", int(m.group("n")), "env", n, m.group(0).strip(), source)
         # a sentence may name GPUs it compares ("之前在 V100 上正常", "it's not a V100"): kb.facts.statements reads those
