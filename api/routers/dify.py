@@ -133,5 +133,4 @@ async def retrieval(request: Request, settings: SettingsDep, kb: Annotated[objec
 def _questions(questions, lang: str) -> str:
     intro = ("kb 还不能确定原因；请用户回答下面的问题来区分候选原因：" if lang == "zh"
              else "kb is not sure yet; ask the user these questions to tell the candidates apart:")
-    return "\n".join([intro, *(f"- {q.question}" + (f" ({' / '.join(q.options)})" if q.options else "")
-                                for q in questions)])
+    return "\n".join([intro, *(f"- {q.worded()}" for q in questions)])

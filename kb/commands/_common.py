@@ -155,8 +155,7 @@ def table(headers: list[str], rows: Iterable[list[Any]], *, wide: Iterable[int] 
 def echo_questions(questions, command: str) -> None:
     """The differential questions, each with the command line that answers it (`command` ends before `--answer`)."""
     for q in questions:
-        opts = f" ({' / '.join(q.options)})" if q.options else ""
-        echo(f"   ? {q.question}{opts}  → {command} --answer {q.fact}=<value>", style="cyan")
+        echo(f"   ? {q.worded()}  → {command} --answer {q.fact}=<value>", style="cyan")
 
 
 def show(renderable) -> None:

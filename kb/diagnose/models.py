@@ -47,6 +47,10 @@ class Question(BaseModel):
     options: list[str] = Field(default_factory=list)
     separates: list[str] = Field(default_factory=list)  # the candidate categories it tells apart
 
+    def worded(self) -> str:
+        """The question with its options, as the CLI and the Dify records print it: "Do you train in ...? (fp16 / bf16)"."""
+        return f"{self.question} ({' / '.join(self.options)})" if self.options else self.question
+
 
 class Candidate(BaseModel):
     category: str

@@ -256,7 +256,7 @@ _COUNT_AFTER_GPU = re.compile(r"[ \t]{0,3}(?:\d{2,3}[ \t]?G[Bb]?)?[ \t]{0,3}[*x�
 _COUNT_BEFORE_CARD = re.compile(r"(?:(?<![A-Za-z])(one|two|four|eight|single|an?) |(?<![\d.])(\d{1,3}|[一两二三四五六七八])[ \t]?"
                                 r"[张块][ \t]?|(?<![\d.])(\d{1,3})[ \t]?[*×xX][ \t]?|(?<![与和跟比同])(单)[张块卡]?[ \t]?)$",
                                 re.IGNORECASE)
-_NUMBER_WORDS_BEFORE = {"single": 1, "单": 1, "a": 1, "an": 1}  # "training nanoGPT on an A100 GPU"
+_NUMBER_WORDS_BEFORE = {"单": 1, "a": 1, "an": 1}  # "单卡A100", "training nanoGPT on an A100 GPU"
 _NODES_TIMES_BEFORE_GPU = re.compile(r"(?<![\d.])(\d{1,2})[ \t]?[xX×*][ \t]?(\d{1,2})[ \t]?$")
 _VERSION = re.compile(
     r"(?<![A-Za-z0-9_-])(PyTorch|torch|DeepSpeed|transformers?|trl|flash[-_ ]?attn|flash[-_ ]?attention|ms-swift|swift|"
