@@ -1730,3 +1730,22 @@ def test_raw_thread_openings_seventh_round(text, key, value):
 ])
 def test_raw_thread_openings_eighth_round(text, key, value):
     assert values(text).get(key) == value
+
+
+# Left from the eighth round, fixed on 2026-12-08: a dtype said to work beside one that failed, a second metric
+# named before the fall.
+@pytest.mark.parametrize("text,key,value", [
+    ("fp16 works well but bf16 loss is nan", "precision", "bf16"),
+    ("fp16 works well but bf16 loss is nan", "working_dtype", None),
+    ("bf16 loss is nan, fp16 works fine", "precision", "bf16"),
+    ("fp16 训练正常，但是 bf16 loss 为 nan", "precision", "bf16"),
+    ("fp16训练正常几百步后loss变nan", "precision", "fp16"),
+    ("I train in fp16 and it works fine for 1000 steps then loss nan", "precision", "fp16"),
+    ("bf16 training works fine but fp16 training gives nan loss", "precision", "fp16"),
+    ("bf16 training works fine but fp16 training gives nan loss", "working_dtype", "bf16"),
+    ("Loss and acc drop to 0 after 200 steps", "zero_metrics", ["loss"]),
+    ("the loss and grad norm dropped to 0", "zero_metrics", ["loss"]),
+    ("loss和grad_norm降到0", "zero_metrics", ["loss"]),
+])
+def test_left_from_the_eighth_round(text, key, value):
+    assert values(text).get(key) == value

@@ -177,12 +177,17 @@ _GAP_FALL = re.compile(r"^\s*(?:就|也|都|会|will|would)?\s*"
                        r"(?:突降|骤降|降|掉|跌|减|回落)?(?:到|为|至))\s*$", re.IGNORECASE)
 
 
+_SECOND_METRIC = re.compile(r"^\s*(?:和|与|及|跟|、|&|and|as well as)\s*(?:the\s+)?(?:grad(?:ient)?\s+norms?|[A-Za-z_][A-Za-z0-9_/]*)",
+                            re.IGNORECASE)
+
+
 def _gap_ok(gap: str) -> bool:
     """True when `gap` (between a metric's name and a bad value in prose) says the metric took that value."""
     if _GAP_OK.match(gap):
         return True
     rest = _GAP_FILLER.sub(" ", gap)
-    return bool(_GAP_OK.match(rest) or _GAP_FALL.match(rest))
+    # "Loss and acc drop to 0": a second metric named before the fall
+    return bool(_GAP_OK.match(rest) or _GAP_FALL.match(rest) or _GAP_FALL.match(_SECOND_METRIC.sub("", rest, count=1)))
 
 
 # "from the first step the loss is nan", "从第一步起 loss 就是 0": the first bad step, said in words (a log's own
@@ -640,11 +645,20 @@ _FULL_PRECISION_OTHER = re.compile(r"[ \t]{1,3}(?:LoRA|model|baseline|weights|co
 _QUANTIZED = re.compile(r"qlora|(?<![A-Za-z0-9])(?:4|8)[- ]?bit|\bnf4\b|\bint[48]\b|bitsandbytes", re.IGNORECASE)
 
 
+# A contrast inside one clause, no comma needed: "fp16 works well but bf16 loss is nan" gives each dtype its own verdict.
+_CONTRAST = re.compile(r"\s(?:but|however|whereas)\s|但是?|可是|然而", re.IGNORECASE)
+
+
 def _part_of(clause: str, start: int, end: int) -> str:
-    """The comma-delimited part of `clause` around [start, end): where a dtype's own verdict is said ("bf16 with ZeRO-0
-    grows, normal with ZeRO-1" keeps bf16's verdict apart from ZeRO-1's)."""
+    """The part of `clause` around [start, end), cut at commas and at a contrast ("but", "但"): where a dtype's own
+    verdict is said ("bf16 with ZeRO-0 grows, normal with ZeRO-1" keeps bf16's verdict apart from ZeRO-1's)."""
     left = max(clause.rfind(c, 0, start) for c in ",，、")
     rights = [i for i in (clause.find(c, end) for c in ",，") if i >= 0]
+    for m in _CONTRAST.finditer(clause):
+        if m.end() <= start:
+            left = max(left, m.end() - 1)
+        elif m.start() >= end:
+            rights.append(m.start())
     return clause[left + 1: min(rights) if rights else len(clause)]
 
 
@@ -705,6 +719,8 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                     facts.set("working_dtype", d, "text", n, clause, source)
                 elif d == "fp16" and _INFERENCE.search(clause) and good:
                     continue  # "inference in fp16 is fine" says nothing about training
+                elif d == "fp16" and _GOOD.search(part) and not WENT_BAD.search(part) and WENT_BAD.search(clause):
+                    continue  # "fp16 works well but bf16 loss is nan": the dtype that worked, beside the one that failed
                 elif not good or d == "fp16":
                     facts.set("precision", d, "text", n, clause, source)
             m = _MODEL_HALF.search(clause)

@@ -280,6 +280,9 @@ def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
                 clause = _clause_before(text, m.start())
                 if _DISABLE.search(clause[-8:]) or SUPPOSED.search(clause):
                     continue  # disabled, or supposed ("假如用bf16来微调的话": no run)
+                verdict = _VERDICT_END.split(text[m.end(): m.end() + 24], 1)[0]
+                if _FINE.search(verdict) and not WENT_BAD.search(verdict):
+                    continue  # "fp16 训练正常，但是 bf16 loss 为 nan": the run that worked, not the one that failed
                 word = m.group(1)
                 value = _DT_MAP.get(word, normalise_value("precision", word.lower()))
                 if value:
@@ -473,6 +476,8 @@ _SETTING_LINE = re.compile(r"^\s*(?:[-*]\s+)?[\"']?[A-Za-z_][\w.\-]*[\"']?\s*[:=
 
 _PART_END = re.compile(r"[,，;；。.!?！？\n]")
 _FINE = re.compile(SAID_FINE, re.IGNORECASE)
+# Where the verdict on a setting ends: a clause mark or a contrast ("..., but", "但").
+_VERDICT_END = re.compile(r"[,，.。;；\n]|\sbut\s|\showever\s|但|可是|然而", re.IGNORECASE)
 
 
 def _ran_fine(text: str, pos: int) -> bool:
