@@ -31,6 +31,8 @@ _DTYPE = {
     "fp32": "fp32", "float32": "fp32", "float": "fp32", "torch.float32": "fp32", "32": "fp32", "full": "fp32",
     # FP8 training (TransformerEngine, torchao float8, MXFP8 recipes): its GEMMs run in 8 bits beside bf16 weights
     "fp8": "fp8", "float8": "fp8", "mxfp8": "fp8", "torch.float8_e4m3fn": "fp8",
+    # FP4 training (NVFP4 / MXFP4 recipes on Blackwell): 4-bit GEMMs beside bf16 weights, like FP8
+    "fp4": "fp4", "float4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4",
     "auto": "auto",
 }
 
@@ -203,6 +205,9 @@ FP8_SWITCHES = frozenset({"fp8", "fp8_format", "fp8_hybrid", "fp8_e4m3", "fp8_re
                           "transformer_engine.fp8", "model.fp8"})
 FP8_FORMATS = frozenset({"hybrid", "e4m3", "e5m2", "mxfp8", "delayed", "tensorwise", "blockwise", "current",
                          "rowwise", "te"})
+# The same for FP4 (Megatron's `--fp4-format nvfp4`, TransformerEngine's NVFP4 recipe).
+FP4_SWITCHES = frozenset({"fp4", "fp4_format", "fp4_recipe", "fp4_training", "use_fp4", "model.fp4"})
+FP4_FORMATS = frozenset({"nvfp4", "mxfp4", "e2m1", "te", "delayed", "blockwise", "current"})
 
 # Lightning / litgpt precision strings -> (compute, weights) dtypes: "-mixed" is autocast over fp32 weights,
 # "-true" keeps the weights themselves in that dtype.
@@ -384,6 +389,9 @@ def canonical(raw_key: str, value: Any) -> tuple[str, Any] | None:
         said = str(value).strip().strip("'\"").lower()
         on = parse_bool(value) is True or said in FP8_FORMATS
         return ("precision", "fp8") if on else None
+    if _clean_key(raw_key) in FP4_SWITCHES:
+        said = str(value).strip().strip("'\"").lower()
+        return ("precision", "fp4") if parse_bool(value) is True or said in FP4_FORMATS else None
     flag = PRECISION_FLAGS.get(_clean_key(raw_key))
     if flag is not None:
         # `fp16: false` says nothing about what is used; `fp16: auto` leaves it to another file.
@@ -701,10 +709,11 @@ DENIED_BEFORE = re.compile(r"(?:\bnot (?:a|an|on|the|on an?)|\bisn'?t (?:a|an)|�
 
 # Dtype words in prose, and the canonical dtype each names.
 DTYPE_WORD = re.compile(r"(?<![A-Za-z0-9_])(fp16|float16|half[- ]precision|半精度|bf16|bfloat16|fp32|float32|"
-                         r"full[- ]precision|全精度|单精度|fp8|float8|mxfp8)(?![A-Za-z0-9_])", re.IGNORECASE)
+                         r"full[- ]precision|全精度|单精度|fp8|float8|mxfp8|nvfp4|mxfp4|fp4)(?![A-Za-z0-9_])", re.IGNORECASE)
 DTYPE_OF_WORD = {"fp16": "fp16", "float16": "fp16", "half precision": "fp16", "half-precision": "fp16", "半精度": "fp16",
              "bf16": "bf16", "bfloat16": "bf16", "fp32": "fp32", "float32": "fp32", "full precision": "fp32",
-             "full-precision": "fp32", "全精度": "fp32", "单精度": "fp32", "fp8": "fp8", "float8": "fp8", "mxfp8": "fp8"}
+             "full-precision": "fp32", "全精度": "fp32", "单精度": "fp32", "fp8": "fp8", "float8": "fp8", "mxfp8": "fp8",
+             "nvfp4": "fp4", "mxfp4": "fp4", "fp4": "fp4"}
 
 # Model families, most specific first: (family key, pattern).
 MODEL_FAMILIES = (

@@ -22,7 +22,7 @@ Scope = Literal["in", "out"]
 OUT_OF_SCOPE_KINDS = ("oom", "install", "inference", "plateau", "data-format", "hang", "crash", "eval-metric",
                       "other")
 Confirmation = Literal["maintainer", "reporter", "pr", "fix-worked", "docs"]
-Precision = Literal["fp16", "bf16", "fp32", "fp8", "mixed", "int8", "int4", "unknown"]
+Precision = Literal["fp16", "bf16", "fp32", "fp8", "fp4", "mixed", "int8", "int4", "unknown"]
 
 _THREAD = re.compile(r"github\.com/([^/\s]+)/([^/\s#?]+)/(?:issues|pull|pulls|discussions)/(\d+)", re.IGNORECASE)
 _ID = re.compile(r"^[a-z0-9][a-z0-9._-]{2,120}$")

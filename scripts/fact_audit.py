@@ -29,7 +29,7 @@ from kb.canonical import GPU_NAME, canonical_algorithm
 from kb.cases import load_cases
 from kb.diagnose.engine import collect_facts
 
-PRECISIONS = ("fp16", "bf16", "fp32", "fp8")
+PRECISIONS = ("fp16", "bf16", "fp32", "fp8", "fp4")
 # Values a trigger or a question can use; anything else read for these keys is noise.
 VOCABULARY = {
     "attn_implementation": {"flash_attention_2", "flash_attention_3", "sdpa", "eager", "triton", "xformers",

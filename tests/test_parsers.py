@@ -1746,6 +1746,12 @@ def test_raw_thread_openings_eighth_round(text, key, value):
     ("Loss and acc drop to 0 after 200 steps", "zero_metrics", ["loss"]),
     ("the loss and grad norm dropped to 0", "zero_metrics", ["loss"]),
     ("loss和grad_norm降到0", "zero_metrics", ["loss"]),
+    # NVFP4 / MXFP4: FP4 GEMMs are a precision of their own, beside a --bf16 like FP8
+    ("training with nvfp4, loss becomes nan", "precision", "fp4"),
+    ("torchrun pretrain_gpt.py --bf16 --fp4-format nvfp4 --fp4-recipe nvfp4", "precision", "fp4"),
+    ("fp4: e2m1", "precision", "fp4"),
+    ("fp4: false", "precision", None),
+    ("gpt-oss-20b mxfp4 weights, lora sft loss nan", "precision", None),
 ])
 def test_left_from_the_eighth_round(text, key, value):
     assert values(text).get(key) == value

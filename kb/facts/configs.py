@@ -229,7 +229,7 @@ def _set_config(facts: Facts, raw_key: str, raw_value: Any, n: int, detail: str,
         return key
     loose = key == "micro_batch_size" and _LOOSE_BATCH.fullmatch(raw_key.strip()) is not None
     old = facts.get(key)
-    if key == "precision" and value == "fp8" and old is not None and old.value == "bf16" and old.kind == kind:
+    if key == "precision" and value in ("fp8", "fp4") and old is not None and old.value == "bf16" and old.kind == kind:
         facts.items.pop(key)  # `--bf16 --fp8-format hybrid`: FP8 GEMMs beside bf16 weights; the run is FP8
     if old is not None and key in facts.loose and not loose and old.kind == kind:
         facts.items.pop(key)  # `--batch_size 128 --micro_batch_size 4` (alpaca-lora): the per-device one is 4

@@ -639,6 +639,7 @@ def _empty_field(lines: list[tuple[int, str]], n: int, s: str) -> bool:
 
 
 _UPCAST = re.compile(r"upcast\w*", re.IGNORECASE)
+_STORED_AFTER = re.compile(r"[ \t-]{0,2}(?:weights?|checkpoints?|quantiz\w*|quantis\w*|model|experts?|moe)\b", re.IGNORECASE)
 # A quantized run (QLoRA, 4-bit) set against its unquantized counterpart, named by "full-precision" + the thing.
 _FULL_PRECISION_OTHER = re.compile(r"[ \t]{1,3}(?:LoRA|model|baseline|weights|counterpart|version|checkpoint)s?\b",
                                    re.IGNORECASE)
@@ -676,6 +677,8 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                 d = DTYPE_OF_WORD.get(fold(m.group(1)))  # fold: IGNORECASE matched "İ" / "ſ" too
                 if d is None:
                     continue
+                if d == "fp4" and _STORED_AFTER.match(clause, m.end()):
+                    continue  # "gpt-oss mxfp4 weights": how the checkpoint is stored, not what the training GEMMs run in
                 if _NEGATED_DTYPE.search(before):
                     continue  # "its default (non-bf16) precision", "非 bf16": not the run's dtype
                 if d == "fp32" and _UPCAST.search(before):
