@@ -65,7 +65,7 @@ FACTS: tuple[FactSpec, ...] = (
     FactSpec("overlap_comm", "bool", ("overlap_comm", "zero_optimization.overlap_comm"), "DeepSpeed overlap_comm"),
     FactSpec("num_gpus", "int", ("num_gpus", "nproc_per_node", "gpus", "n_gpus", "world_size", "trainer.n_gpus_per_node",
                                  "num_gpus_per_node", "gpus_per_node", "gpu_number", "gpu number", "gpu_count", "num_processes",
-                                 "actor_num_gpus_per_node", "n_gpus_per_node"),
+                                 "actor_num_gpus_per_node", "n_gpus_per_node", "ngpus_per_node", "ngpus"),
              "GPUs per node"),
     FactSpec("num_nodes", "int", ("num_nodes", "nnodes", "trainer.nnodes", "actor_num_nodes", "n_nodes"), "nodes"),
     # --- lengths ---------------------------------------------------------------------------------------
@@ -140,7 +140,9 @@ FACTS: tuple[FactSpec, ...] = (
              "gradient accumulation steps"),
     FactSpec("max_grad_norm", "float", ("max_grad_norm", "gradient_clipping", "grad_clip", "clip_grad"), "clipping"),
     FactSpec("optim", "str", ("optim", "optimizer", "optimizer.type"), "optimizer"),
-    FactSpec("gradient_checkpointing", "bool", ("gradient_checkpointing", "grad_checkpoint"), "activation checkpointing"),
+    FactSpec("gradient_checkpointing", "bool", ("gradient_checkpointing", "grad_checkpoint", "enable_gradient_checkpointing",
+                                                "activation_checkpointing", "use_gradient_checkpointing"),
+             "activation checkpointing"),
     # --- environment -----------------------------------------------------------------------------------
     FactSpec("framework", "str", ("framework",), "training framework"),
     FactSpec("torch_version", "version", ("torch", "pytorch", "torch_version"), "PyTorch version"),
@@ -205,6 +207,8 @@ FP8_SWITCHES = frozenset({"fp8", "fp8_format", "fp8_hybrid", "fp8_e4m3", "fp8_re
                           "transformer_engine.fp8", "model.fp8"})
 FP8_FORMATS = frozenset({"hybrid", "e4m3", "e5m2", "mxfp8", "delayed", "tensorwise", "blockwise", "current",
                          "rowwise", "te"})
+# Activation-checkpointing switches that take a mode rather than a boolean.
+RECOMPUTE_MODES = frozenset({"recompute_granularity", "activation_checkpoint.mode", "recompute_method", "ac_mode"})
 # The same for FP4 (Megatron's `--fp4-format nvfp4`, TransformerEngine's NVFP4 recipe).
 FP4_SWITCHES = frozenset({"fp4", "fp4_format", "fp4_recipe", "fp4_training", "use_fp4", "model.fp4"})
 FP4_FORMATS = frozenset({"nvfp4", "mxfp4", "e2m1", "te", "delayed", "blockwise", "current"})
@@ -389,6 +393,13 @@ def canonical(raw_key: str, value: Any) -> tuple[str, Any] | None:
         said = str(value).strip().strip("'\"").lower()
         on = parse_bool(value) is True or said in FP8_FORMATS
         return ("precision", "fp8") if on else None
+    if _clean_key(raw_key) in RECOMPUTE_MODES:
+        # Megatron's `--recompute-granularity full`, torchtitan's `activation_checkpoint.mode: selective`: a mode
+        # word switches activation checkpointing on, `none` / `off` off
+        said = str(value).strip().strip("'\"").lower()
+        if said in ("full", "selective", "op", "layer", "uniform", "block") or parse_bool(value) is True:
+            return ("gradient_checkpointing", True)
+        return ("gradient_checkpointing", False) if said in ("none", "off", "false", "no") else None
     if _clean_key(raw_key) in FP4_SWITCHES:
         said = str(value).strip().strip("'\"").lower()
         return ("precision", "fp4") if parse_bool(value) is True or said in FP4_FORMATS else None
@@ -469,7 +480,9 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     "RM": ("reward model", "reward modeling", "reward modelling", "rm", "reward", "奖励模型", "reward_modeling",
            "reward模型"),
     "PPO": ("ppo", "gae"),
-    "GRPO": ("grpo", "group_norm"),  # OpenRLHF's `--advantage_estimator group_norm` is GRPO
+    # OpenRLHF's `--advantage_estimator group_norm` is GRPO; DAPO, GSPO, Dr. GRPO and RLOO are the group-relative
+    # family (advantages from a prompt's group of samples; TRL's RLOOTrainer is read as GRPO by the callbacks too)
+    "GRPO": ("grpo", "group_norm", "dapo", "gspo", "dr grpo", "drgrpo", "rloo"),
     "pretrain": ("pretrain", "pretraining", "pre-training", "continue pretrain", "预训练", "pt"),
 }
 
@@ -611,7 +624,9 @@ def is_loss_like(name: str) -> bool:
 # Known error strings: (id, pattern, in_scope). Out-of-scope ids (OOM, install) tell diagnosis to abstain.
 ERROR_PATTERNS: tuple[tuple[str, re.Pattern[str], bool], ...] = tuple(
     (eid, re.compile(rx, re.IGNORECASE), scope) for eid, rx, scope in (
-        ("prob_tensor_invalid", r"probability tensor contains either [`'\"]?inf[`'\"]?, [`'\"]?nan", True),
+        # also shortened ("probability tensor contains inf/nan") or cut ("`inf`, `nan` or element < 0")
+        ("prob_tensor_invalid", (r"probability tensor contains (?:either )?[`'\"]?inf[`'\"]?(?:, |/| or )[`'\"]?nan|"
+                                 r"[`'\"]inf[`'\"], [`'\"]nan[`'\"] or element\s*[<＜]\s*0"), True),
         ("log1p_backward_nan", r"Log1PBackward\d*'? returned nan", True),
         ("nan_in_backward", r"Function '\w+' returned nan values", True),
         ("ds_overflow", (r"OVERFLOW!.{0,40}Skipping step|Grad(?:ient)? overflow|Attempted loss scale|"
@@ -729,7 +744,9 @@ MODEL_FAMILIES = (
     ("internlm2", r"internlm[-_ ]?2"), ("internlm", r"internlm"), ("mixtral", r"mixtral"), ("mistral", r"mistral"),
     ("baichuan2", r"baichuan[-_ ]?2"), ("baichuan", r"baichuan"), ("deepseek", r"deepseek"), ("chatglm", r"chatglm"),
     ("glm4", r"glm[-_ ]?4"), ("yi", r"\byi[-_ ]\d"), ("phi", r"\bphi[-_ ]?\d"), ("bloom", r"bloom"),
-    ("falcon", r"falcon"), ("gpt2", r"gpt[-_ ]?2"), ("opt", r"\bopt-\d"), ("pythia", r"pythia"),
+    ("falcon", r"falcon"), ("gpt2", r"gpt[-_ ]?2"), ("opt", r"\bopt-(?:iml-)?(?:max-)?\d"), ("pythia", r"pythia"),
+    # last, so the LLM a name also carries wins ("MiniCPM-Llama3-V-2_5" is Llama 3); Vicuna is a LLaMA fine-tune
+    ("minicpm", r"minicpm(?![-_ ]?(?:v|llama|o)(?![a-z]))"), ("llama", r"vicuna"),
 )
 
 # Model names as an article writes them -> how a record spells the family (ingest normalises "qwen2_5 7b" to

@@ -174,6 +174,8 @@ def paste_lang(text: str) -> str:
     """The language of the reporter's own words in a paste: a Chinese sentence or two next to an English traceback
     or log (which outweighs it in letters) is a Chinese report. Lines with a fair share of CJK are the prose; a few
     CJK characters inside machine output (a file path, a dataset name) are not."""
+    if "/" in text and _BILINGUAL_LABEL.search(text):
+        text = "\n".join(line for line in text.splitlines() if not _BILINGUAL_LABEL.match(line))
     prose = sum(len(m) for line in text.splitlines() if cjk_ratio(line) > 0.2 for m in _CJK_RUN.findall(line))
     if prose >= 6:
         return "zh"
@@ -189,6 +191,10 @@ def paste_lang(text: str) -> str:
 
 
 _LATIN_WORD = re.compile(r"[A-Za-z]+")
+# An issue form's bilingual heading or label ("### Bug Description / Bug 描述", "System Info / 系統信息"): the
+# template's words in both languages, not the reporter's.
+_BILINGUAL_LABEL = re.compile(r"^[ \t#*>_-]{0,8}[A-Z][A-Za-z0-9 ()&',.?-]{0,60}[ \t]*/[ \t]*[^/\n=:：，。,]{1,14}$",
+                              re.MULTILINE)
 _MACHINE_TOKEN = re.compile(r"\S{0,100}[/\\]\S{0,100}|'[^'\n]{0,200}'|\"[^\"\n]{0,200}\"")
 
 

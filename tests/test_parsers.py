@@ -1322,7 +1322,7 @@ def test_raw_thread_openings_third_round(text, key, value):
     ("--batch_size_training 16 --context_length 4096", "max_length", 4096),
     ("loss scale at minimum, I am not using zero3 with deepspeed", "zero_stage", None),
     ("deepspeed --num_gpus 8 src/train.py --deepspeed $cur_path/ds_config_zero3.json --stage kto", "zero_stage", 3),
-    ("PER_DEVICE_BATCH_SIZE=${PER_DEVICE_BATCH_SIZE:-1}", "micro_batch_size", None),  # not -1
+    ("PER_DEVICE_BATCH_SIZE=${PER_DEVICE_BATCH_SIZE:-1}", "micro_batch_size", 1),  # its default, not -1 (ninth round)
     # hardware and versions
     ("# batch size per gpu: 4\nloss一直为0", "gpu", None),
     ("- GPU type: NVIDIA GeForce RTX 4070 Ti SUPER", "gpu", "RTX 4070 Ti SUPER"),
@@ -1755,3 +1755,78 @@ def test_raw_thread_openings_eighth_round(text, key, value):
 ])
 def test_left_from_the_eighth_round(text, key, value):
     assert values(text).get(key) == value
+
+
+# Ninth round (2026-12-08): misreadings found in thread openings kb had never seen, each pinned by a minimal input.
+@pytest.mark.parametrize("text,key,value", [
+    # RL runs: a collapse named as a risk or as what a change prevents; the group-relative family; verl's entry point
+    ("Clip-Higher promotes diversity and prevents entropy collapse.", "symptom", None),
+    ("Symmetric clipping can cause entropy collapse.", "symptom", None),
+    ("entropy collapse after 200 steps", "symptom", ["collapse"]),
+    ("加了梯度裁剪防止 loss 变成 nan", "nan_metrics", None),
+    ("加了梯度裁剪防止 loss 变成 nan，但 loss 还是 nan", "nan_metrics", ["loss"]),
+    ("loss 还是 nan", "nan_metrics", ["loss"]),
+    ("In the DAPO training scripts, ppo_epochs is not set.", "algorithm", "GRPO"),
+    ("GSPO: actor_rollout_ref.actor.ppo_mini_batch_size=16", "algorithm", "GRPO"),
+    ("DAPO training, kl is nan", "algorithm", "GRPO"),
+    ("RLOOTrainer loss nan", "algorithm", "GRPO"),
+    ("python3 -m verl.trainer.main_ppo data.train_batch_size=8\nGRPO training, loss nan", "algorithm", "GRPO"),
+    ("python3 -m verl.trainer.main_ppo data.train_batch_size=8\nloss nan", "algorithm", "PPO"),
+    ("grad_norm starts to become unstable and spike", "spike_metrics", ["grad_norm"]),
+    ("grad_norm and kl loss skyrocket after a fixed number of steps", "spike_metrics", ["grad_norm"]),
+    ("grad_norm和kl loss会急剧上升", "spike_metrics", ["grad_norm"]),
+    ("the loss is fine but the grad_norm spikes", "spike_metrics", ["grad_norm"]),
+    ("we use warmup to avoid loss spikes", "spike_metrics", None),
+    ("NNODES=${NNODES:-16}", "num_nodes", 16),
+    ("export NNODES=${NNODES:-2}", "num_nodes", 2),
+    ("lr=${LR:-1e-6}", "learning_rate", 1e-6),
+    ("NGPUS_PER_NODE=${NGPUS_PER_NODE:-8}", "num_gpus", 8),
+    # preference and reward models
+    ("accelerate launch --config_file recipes/accelerate_configs/deepspeed_zero3.yaml train.py", "zero_stage", 3),
+    ("accelerate launch --config_file configs/fsdp_stage2.yaml train.py", "zero_stage", None),
+    ("`CUDA_VISIBLE_DEVICES=0,1 python train.py --bf16", "num_gpus", 2),
+    ("Run with `CUDA_VISIBLE_DEVICES=0,1 python train.py`", "num_gpus", 2),
+    ("facebook/opt-iml-max-1.3b DPO loss nan", "model_family", "opt"),
+    # env dumps and tracebacks
+    ("actor_rollout_ref.model.enable_gradient_checkpointing=True", "gradient_checkpointing", True),
+    ("torchrun pretrain_gpt.py --recompute-granularity full --bf16", "gradient_checkpointing", True),
+    ("activation_checkpoint.mode: none", "gradient_checkpointing", False),
+    ("16 GPUs across 2 nodes", "num_gpus", 8),
+    ("16 GPUs across 2 nodes", "num_nodes", 2),
+    ("2 nodes (16 GPUs), loss nan", "num_gpus", 8),
+    ("The grad_norm is abnormally large.", "huge_metrics", ["grad_norm"]),
+    ("grad_norm 变得异常大", "huge_metrics", ["grad_norm"]),
+    ("grad norm is large at the start", "huge_metrics", None),
+    ("the grad norm is not too large", "huge_metrics", None),
+    ("sentence-transformers 2.2.2", "framework", None),
+    ("transformers_stream_generator==0.0.4", "framework", None),
+    ("deepspeed-mii 0.1", "framework", None),
+    ("RuntimeError: 'probability tensor contains inf/nan'", "errors", ["prob_tensor_invalid"]),
+    ("RuntimeError: 'probability tensor contains inf/nan'", "symptom", None),
+    # multimodal and pretraining
+    ("MiniCPM-2B sft loss nan", "model_family", "minicpm"),
+    ("MiniCPM-Llama3-V-2_5 loss nan", "model_family", "llama3"),
+    ("vicuna-7b lora loss 0", "model_family", "llama"),
+    ("- LR 5e-5", "learning_rate", 5e-5),
+    ("loss becomes extremely large (around 5e30)", "huge_metrics", ["loss"]),
+    ('generate 报错 `inf`, `nan` or element < 0', "errors", ["prob_tensor_invalid"]),
+])
+def test_raw_thread_openings_ninth_round(text, key, value):
+    assert values(text).get(key) == value
+
+
+def test_a_bilingual_issue_form_heading_is_not_the_reporters_language():
+    from kb.tokenize import paste_lang
+
+    form = "### Bug Description / Bug 描述\n{}\n### How to Reproduce / 如何复现"
+    assert paste_lang(form.format("The KL divergence becomes NaN after a few hundred GRPO steps.")) == "en"
+    assert paste_lang(form.format("训练几百步之后 KL 变成 NaN。")) == "zh"
+    assert paste_lang("loss / 损失 变成 nan 了") == "zh"
+
+
+def test_a_dpo_loss_stuck_near_ln2_with_zero_margins_is_a_tie():
+    one = "{'loss': 0.6934, 'rewards/chosen': 0.0, 'rewards/rejected': 0.0, 'rewards/margins': 0.0, 'epoch': 0.%d}"
+    log = "\n".join(one % i for i in (1, 2))  # two records: one is every DPO run's first step
+    assert values(log).get("pairwise_tie") is True
+    assert values(one % 1).get("pairwise_tie") is None
+    assert values(log.replace("0.6934", "0.6952")).get("pairwise_tie") is None

@@ -31,7 +31,7 @@ _KV_LINE = re.compile(r"^[ \t]*(?:-[ \t]+)?[\"']?(?P<k>[A-Za-z_][\w.\-/]*)[\"']?
 _BLOCK_OPEN = re.compile(r"^[ \t]*(?:-[ \t]+)?[\"']?(?P<k>[A-Za-z_][\w.\-/]*)[\"']?[ \t]*[:=][ \t]*"
                          r"(?:(?:\{|dict\()[ \t]*)?(?:#.*)?$")
 _INLINE_KV = re.compile(r"(?<![\w.\-])(?P<k>[A-Za-z_][\w.]*)\s*(?<![=!<>])=(?!=)\s*"
-                        r"(?P<v>\"[^\"]*\"|'[^']*'|torch\.\w+|[^\s,()\[\]{}，）（；。、]+)")
+                        r"(?P<v>\"[^\"]*\"|'[^']*'|torch\.\w+|\$\{[A-Za-z_]\w*:-[^{}$\s]{1,80}\}|[^\s,()\[\]{}，）（；。、]+)")
 _ADD_ARGUMENT = re.compile(r"add_argument\(\s*['\"]--?(?P<k>[A-Za-z][\w.\-]*)['\"](?:[^)\n]*?\bdefault\s*=\s*"
                            r"(?P<v>\"[^\"\n]*\"|'[^'\n]*'|[^,)\s]+))?")
 _FLAG = re.compile(r"(?<![\w\-])--(?P<k>[A-Za-z][\w.\-]*)(?:[ =](?P<v>(?!--)[^\s\\]+))?")
@@ -154,6 +154,11 @@ def _is_bool(raw_key: str) -> bool:
 def _set_flag(facts: Facts, raw_key: str, value: str, n: int, detail: str, source: str, fix: bool = False) -> None:
     """`--key value` on a command line. A switch followed by something that is not a value is on, the word after
     it a positional (`--vanilla_loss x.py`); `--fp16 false` is the switch set off, which says nothing."""
+    if raw_key.strip("-").lower() in ("config_file", "config") and value != "true":
+        base = value.rsplit("/", 1)[-1].lower()  # accelerate's `--config_file .../deepspeed_zero3.yaml`
+        m = _DS_STAGE.search(base) if ("deepspeed" in base or "zero" in base or base.startswith("ds")) else None
+        if m:
+            facts.set("zero_stage", int(m.group(1)), "config", n, detail, source)
     if _set_config(facts, raw_key, value, n, detail, source, fix=fix) is None and value != "true" \
             and _is_bool(raw_key) and parse_bool(value) is None:
         _set_config(facts, raw_key, "true", n, detail, source)
@@ -189,6 +194,8 @@ def _line_value(v: str, sep: str) -> str | None:
     """
     v = re.sub(r"\s*\\$", "", v.strip())
     v = _arith(v) if "$((" in v else v
+    if v.startswith(("${", "\"${")) and ":-" in v:  # `NNODES=${NNODES:-16}`: the script's default (what runs unless
+        v = _expand(v, {})                             # the caller overrides it)
     if not v:
         return ""
     if v[0] in "'\"":
@@ -547,7 +554,8 @@ def inline(lines: list[tuple[int, str]], facts: Facts, source: str,
 # `export CUDA_VISIBLE_DEVICES=1,6,7 && torchrun ...`: the command after the assignments.
 _EXPORT_THEN = re.compile(r"^[ \t]*(?:export[ \t]+[A-Za-z_]\w*=\S*[ \t]*&&[ \t]*)+")
 # A command quoted in backticks, after a label or not ("执行命令：`llamafactory-cli train x.yaml`", "```python x.py```").
-_QUOTED_COMMAND = re.compile(r"^(?:[^`\n]{0,24}?[:：][ \t]*)?`{1,3}([^`\n]+)`{1,3}[ \t]*$")
+_QUOTED_COMMAND = re.compile(r"^(?:[^`\n]{0,24}?(?:[:：]|\bwith|\b(?:run|ran|running|launch|launched|execute|executed)"
+                             r"(?: it)?(?: with)?)[ \t]*)?`{1,3}([^`\n]+)`{1,3}[ \t]*[.。]?$", re.IGNORECASE)
 
 
 def logical_commands(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
@@ -566,7 +574,7 @@ def logical_commands(lines: list[tuple[int, str]]) -> list[tuple[int, str]]:
         if cont:
             continue
         joined = _QUOTED_COMMAND.sub(r"\1", " ".join(x.strip() for x in buf))
-        joined = joined.lstrip("`") if joined.startswith("``") else joined  # "``CUDA_VISIBLE_DEVICES=0 python3 ..."
+        joined = joined.lstrip("`") if joined.startswith("`") else joined  # "``CUDA_VISIBLE_DEVICES=0 python3 ...", "`..."
         joined = _EXPORT_THEN.sub("", joined)
         buf = []
         toks = joined.split()

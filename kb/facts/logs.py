@@ -318,7 +318,7 @@ def _pairwise_tie(records: list[Record], facts: Facts, source: str) -> None:
         m = {k.lower(): v for k, v in r.metrics.items()}
         loss = m.get("loss", m.get("train_loss"))
         margin = m.get("rewards/margins", m.get("train/rewards/margins"))
-        if loss is not None and 0.6929 <= loss <= 0.6933 and margin is not None and margin == 0.0:
+        if loss is not None and 0.6928 <= loss <= 0.6935 and margin is not None and margin == 0.0:
             tied.append(r)
     if len(tied) >= 2:
         detail = tied[0].text.strip()

@@ -163,7 +163,7 @@ _GAP_FILLER = re.compile(
     # how it moved before it broke: "the loss oscillates and then goes nan", "loss 一直震荡甚至变成 nan"
     r"\b(?:oscillat\w*|fluctuat\w*|bounc\w*)(?:\s+(?:for a while|a lot|wildly|heavily))?(?:\s+and)?\b|"
     r"(?:上下)?(?:震荡|波动|抖动)(?:不降|不下降)?|甚至|"
-    r"突然|很快|迅速|快速|直接|一下子?|马上|立刻|立即|最终|最后|随后|然后|逐渐|慢慢|之后|后来|了|数值|值|指标|曲线|项|部分|开始|"
+    r"还是|仍然|依然|依旧|照样|仍|突然|很快|迅速|快速|直接|一下子?|马上|立刻|立即|最终|最后|随后|然后|逐渐|慢慢|之后|后来|了|数值|值|指标|曲线|项|部分|开始|"
     r"[（(][ \t]{0,3}[A-Za-z_][\w/ ]{0,30}[)）]|"  # "损失值(loss)突然变为NaN", "梯度范数(grad_norm)也为0": the name again
     r"\bstart(?:s|ed)? (?:to be|being)\b|"  # "loss 开始为 nan", "the loss started being nan"
     r"从头到尾|自始至终|一开始就|从一开始|^[`'\"]|[`'\"“”‘’]\s*$|"  # "eval loss is 'nan'"
@@ -255,11 +255,17 @@ _NORMAL_IN_CLAUSE = re.compile(r"正常|\bnormal(?!i[sz])|\bfine(?![- _]?tun)\b|
 _PROSE_HUGE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r")(?P<gap>\s{0,3}(?:(?:suddenly|then|quickly|"
                          r"is|was|becomes?|became|goes|went|got|jump(?:s|ed)?|shoots?|shot|rises?|rose|increase[sd]?|"
                          r"spike[sd]?|climb(?:s|ed)?|explode[sd]?|blows?|blew|reach(?:es|ed)?|hits?|up|to|of|around|about|"
-                         r"over|above|as high as|as large as|=|:|：|突然|直接|一下子?|变成|变为|为|是|涨到|升到|飙到|"
+                         r"over|above|as high as|as large as|extremely|very|large|huge|big|\(|（|=|:|：|突然|直接|一下子?|变成|变为|为|是|涨到|升到|飙到|"
                          r"飙升到|暴涨到|上升到|增大到|达到|到了?|约|高达|超过)\s{0,3}){1,5})"
                          r"(?P<v>\d{5,}(?:\.\d+)?|\d+(?:\.\d+)?e\+?\d{1,3})(?![\w.])"
                          r"(?!\s*(?:samples?|steps?|tokens?|examples?|iter\w*|epochs?|rows|lines|条|步|个|次|轮))",
                          re.IGNORECASE)
+# "The grad_norm is abnormally large", "grad norm too large", "grad_norm 变得异常大": a gradient norm said in words
+# to be far out of range, with no number (a plain "large" or "很大" is not enough: early norms are often large).
+_PROSE_LARGE_NORM = re.compile(r"(?<![A-Za-z0-9_/])(?:grad(?:ient)?[_ ]?norms?|梯度范数|梯度的?范数)(?P<gap>[^\n,，。.;；]{0,24}?)"
+                               r"(?:(?:abnormally|extremely|insanely|unusually|absurdly|ridiculously|way too|too) "
+                               r"(?:large|big|high)\b|(?:huge|enormous|astronomical)\b|异常(?:地)?大|特别大|非常大|极大|过大|"
+                               r"巨大|大得离谱)", re.IGNORECASE)
 # "首步 loss 高达 500 多", "the training loss starts at 800": a token-averaged training loss
 # sits near ln(vocabulary size) (about 12) at worst, so one said in words to be in the hundreds or thousands is a
 # symptom too. Only the plain training loss: a value loss or a summed loss can be that large and healthy. "loss 从
@@ -393,6 +399,14 @@ _SAID_ABSENT = re.compile(r"(?:\bno|\bnot|\bnothing|\bneither|\bwithout|\bnever|
                           r"(?:出现|发现|见到|遇到|报告?|提到)\s*|(?:reported|mentioned|seen)\s+)?"
                           r"(?:(?:nans?|inf|infinity|overflows?|无穷大?|溢出)\s*(?:,|/|\bor\b|\bnor\b|\band\b|或者?|和|、)\s*)*$",
                           re.IGNORECASE)
+# A symptom named as what a change prevents, not what happened: "Clip-Higher prevents entropy collapse", "to avoid
+# NaN", "防止 loss 变成 nan"; and a collapse or divergence named as a risk: "Symmetric clipping can cause entropy
+# collapse" (a NaN said that way is often the reporter's own: "I think fp16 may cause the nan").
+_PREVENTED = re.compile(r"(?:\b(?:prevent\w*|avoid\w*|mitigat\w*|counteract\w*|guard\w* against|protect\w* against)|"
+                        r"防止|避免|缓解|预防)[^.?!。？,，;；\n]{0,24}$", re.IGNORECASE)
+_MAY_CAUSE = re.compile(r"(?:\b(?:can|could|may|might|would|will)\s+(?:\w+\s+)?(?:cause|lead to|result in|trigger)|"
+                        r"\brisk of|\bprone to|\bsusceptible to|可能(?:会)?导致|容易导致|会导致|可能引起)[^.?!。？\n]{0,24}$",
+                        re.IGNORECASE)
 # What the reporter expected, not what happened (an issue form's "Expected behavior"): "the loss should not become
 # nan", "grad_norm shouldn't be inf", "loss 不应该出现 nan".
 _EXPECTED_NOT = re.compile(r"(?:\bshould(?:\s+not|n't)|\bmust(?:\s+not|n't)|不应该?|不该)\s*(?:(?:be(?:come)?|get|turn(?:\s+into)?|"
@@ -413,7 +427,8 @@ def _when_it_happens(s: str, start: int) -> bool:
 
 # The fixed wording of generate()'s sampling error lists NaN and inf as possibilities ("probability tensor contains
 # either `inf`, `nan` or element < 0"): the error id says it (prob_tensor_invalid), not a NaN symptom.
-_ERROR_WORDING = re.compile(r"contains either[ \t`'\",]{0,6}(?:inf[ \t`'\",]{0,6})?$", re.IGNORECASE)
+_ERROR_WORDING = re.compile(r"(?:contains either|probability tensor contains)[ \t`'\",/]{0,6}(?:inf[ \t`'\",/]{0,6})?$",
+                            re.IGNORECASE)
 # the same error cut short: "推理会报错`inf`, `nan` or element < 0"
 _ERROR_TAIL = re.compile(r"[ \t`'\",]{0,6}(?:nan[ \t`'\",]{0,6})?or element\s*[<＜]\s*0", re.IGNORECASE)
 # Megatron's "number of nan iterations:   0 |", a "nan_count: 0" column: NaNs counted and found none.
@@ -562,6 +577,10 @@ def _in_metric_path(text: str, m: re.Match[str]) -> bool:
 _FW_ALIASES = [(name, a) for name in _FW_ORDER for a in (name.lower(), *FRAMEWORKS.get(name, ()))
                if a not in _FW_AMBIGUOUS or name in ("DeepSpeed", "transformers")]
 _FW_RX = [(name, re.compile(r"(?<!\.)" + _alias_regex(a).pattern, re.IGNORECASE)) for name, a in _FW_ALIASES]
+# Another package whose name holds the word is not the library: sentence-transformers, transformers_stream_generator,
+# transformers-neuronx, deepspeed-mii.
+_FW_RX = [(name, re.compile(r"(?<![\w-])(?:" + rx.pattern + r")(?![-_](?:mii|neuronx|stream))", rx.flags))
+          if name in ("DeepSpeed", "transformers") else (name, rx) for name, rx in _FW_RX]
 # A lowercase word every match of a name regex contains (None: no cheap pre-test), keyed by the regexes as they are
 # finally used (the rewrapped SFT / pretrain patterns and the framework patterns are objects of their own).
 _HINTS: dict[re.Pattern[str], str] = {}
@@ -797,7 +816,9 @@ def _run_algorithm(joined: _Joined) -> tuple[str, int, str] | None:
         if hint and hint not in joined.low:
             continue
         m = next((m for m in rx.finditer(joined.text) if not _in_metric_path(joined.text, m)
-                  and not _in_hub_name(joined.text, m)), None)
+                  and not _in_hub_name(joined.text, m)
+                  # verl's `main_ppo` entry point runs every RL algorithm (kb.facts.configs reads its command)
+                  and not (name == "PPO" and joined.text.endswith("main_", 0, m.start()))), None)
         if m is not None:
             found.append((m.start(), order, name, m.end()))
     found.sort()
@@ -838,6 +859,9 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     joined = _Joined(lines)
     got = _run_algorithm(joined)
     if got:
+        old = facts.get("algorithm")
+        if old is not None and old.value == "PPO" and "main_ppo" in old.detail and got[0] != "PPO":
+            facts.items.pop("algorithm")  # verl's main_ppo runs every RL algorithm: the one the reporter names wins
         facts.set("algorithm", got[0], "text", got[1], got[2], source)
     specific = [(name, rx) for name, rx in _FW_RX if name not in ("DeepSpeed", "transformers")]
     fw_joined = joined
@@ -895,6 +919,7 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
     at_step = hay.gate(_AT_STEP)
     every_step = hay.gate(_EVERY_STEP)
     high_loss = hay.gate(_PROSE_HIGH_LOSS)
+    large_norm = hay.gate(_PROSE_LARGE_NORM)
     advantage = hay.gate(_PROSE_ADVANTAGE)
     may_climb = hay.may(_PROSE_FELL) and hay.may(_PROSE_ROSE)
     attn = [(rx, impl) for rx, impl in _ATTN if hay.may(rx)]
@@ -957,11 +982,14 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                     facts.add("fix_changes", "learning_rate=lower", "text", n, s, source)
             elif "learning_rate" not in facts:
                 facts.set("learning_rate", lr, "text", n, s, source)
-        for m in [*spike.finditer(s), *spike_rev.finditer(s)]:
+        for m in [*_spikes(spike, s), *spike_rev.finditer(s)]:
             before = s[max(0, m.start() - 16):m.start()] if m.re is _PROSE_SPIKE_REV else ""
             if _NEGATED.search(m.group("gap")) or _NEGATED.search(before) \
                     or _NO_BEFORE.search(s, max(0, m.start() - 12), m.start()):  # "there is no loss spike"
                 continue  # "the loss does not spike", "loss 没有突增", "no spikes in the loss"
+            if _PREVENTED.search(s, max(0, m.start() - 30), m.start()):
+                continue  # "warmup to avoid loss spikes"
+
             name = m.group("m").lower()
             if name == "norm" and _GRAD_BEFORE.search(s[max(0, m.start("m") - 12):m.start("m")]):
                 name = "grad_norm"  # "gradient-norm spikes"
@@ -999,6 +1027,11 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
         for m in advantage.finditer(s):
             if abs(float(re.sub(r"[\s,±+−-]", "", m.group("v")))) >= 100 and not _NEGATED.search(m.group("gap")):
                 facts.add("huge_metrics", "advantages", "text", n, s, source)
+                facts.add("symptom", "huge", "text", n, s, source)
+        for m in large_norm.finditer(s):
+            if not (_NEGATED.search(m.group("gap")) or _SAID_ABSENT.search(s[max(0, m.start() - 12):m.start()])
+                    or _EXPECTED_NOT.search(s[max(0, m.start() - 40):m.start()])):
+                facts.add("huge_metrics", "grad_norm", "text", n, s, source)
                 facts.add("symptom", "huge", "text", n, s, source)
         for m in high_loss.finditer(s):
             if 100 <= float(m.group("v")) <= HUGE_VALUE:
@@ -1048,6 +1081,8 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
                 continue  # `    total_loss = 0`: a script starting its sum, not a loss that reached 0
             hit = next((m for m in rx.finditer(s) if not _SAID_ABSENT.search(before := s[max(0, m.start() - 40):m.start()])
                         and not _EXPECTED_NOT.search(before) and not _ERROR_WORDING.search(before)
+                        and not _PREVENTED.search(before)
+                        and not (sym == "collapse" and _MAY_CAUSE.search(before))
                         and not (sym in ("nan", "inf") and _ERROR_TAIL.match(s, m.end()))
                         and not _when_it_happens(s, m.start())
                         and not (sym in ("nan", "inf") and (_HARDWARE_FIGURE.search(before)
@@ -1120,15 +1155,28 @@ _LIGHTNING = re.compile(r"(?<![\w.\-])(?:(?:bf)?16|32|64)-(?:true|mixed)(?![\w\-
 
 # "loss 陡增后变为 0", "the loss suddenly shot up", "grad_norm spikes": a metric that jumped, said in words.
 _NO_BEFORE = re.compile(r"(?:\b(?:no|without|not any|never a)\s+|没有\s*)$", re.IGNORECASE)
-_PROSE_SPIKE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r"|梯度|损失)(?P<gap>[^\n,，。.;；]{0,20}?)(?:先)?"
-                          r"(?:陡增|突增|骤增|骤升|剧增|暴涨|飙升|激增|猛增|突刺|爆炸|突然(?:增大|变大|上升|升高)|jump(?:s|ed)? (?:up|sharply)|sho(?:ot|ots|t) up|"
+_PROSE_SPIKE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r"|梯度|损失)(?P<gap>[^\n,，。.;；]{0,40}?)(?:先)?"
+                          r"(?:陡增|突增|骤增|骤升|剧增|暴涨|飙升|激增|猛增|突刺|爆炸|急剧(?:上升|增加|增大|升高)|大幅(?:上升|增加)|突然(?:增大|变大|上升|升高)|jump(?:s|ed)? (?:up|sharply)|sho(?:ot|ots|t) up|"
                           # "the loss dramatically rises after an update", "loss rose sharply"
                           r"(?:dramatically|sharply|suddenly|rapidly) (?:rises|rose|increase[sd]|jump(?:s|ed))|"
                           r"(?:rises|rose|increase[sd]|jump(?:s|ed)) (?:dramatically|sharply|steeply)|steep(?:ly)? ris(?:e|es|ing)\b|"
-                          r"spik(?:e|es|ed|ing|ey|y)\b|blow(?:s|n)? up|blew up|explod(?:e|es|ed|ing)|"
+                          r"spik(?:e|es|ed|ing|ey|y)\b|sky-?rocket(?:s|ed|ing)?\b|blow(?:s|n)? up|blew up|explod(?:e|es|ed|ing)|"
                           # "grad_norm eventually starts to spike"
                           r"(?:(?:eventually|gradually|then|later|soon)\s)?(?:starts?|started|begins?|began)\sto\sspike\b|"
                           r"jump(?:s|ed)? by (?:\w+ )?orders? of magnitude)", re.IGNORECASE)
+def _spikes(rx: re.Pattern[str], s: str):
+    """`rx`'s matches in `s`, except one whose gap holds a contrast ("the loss is fine but the grad_norm spikes"):
+    the search goes on from just after that match's metric, so the metric after the contrast is found."""
+    pos = 0
+    while (m := rx.search(s, pos)) is not None:
+        gap = m.group("gap")
+        if _CONTRAST.search(gap) or (len(gap) > 20 and re.search(r"[:：=]", gap)):
+            pos = m.start() + 1  # (a long gap with a label in it: "normalize_rewards: advantage of the odd sample
+            continue             # spikes" is the advantage's spike, not the setting's)
+        yield m
+        pos = m.end()
+
+
 # The metric after the word: "sudden huge spikes in the policy loss", "a spike of the grad_norm" (losses, norms and
 # KL only: "spikes in the reward" are often just noisy rewards).
 _PROSE_SPIKE_REV = re.compile(r"(?<![A-Za-z])(?:spikes?|(?:sudden|dramatic|sharp|huge|steep) (?:increase|rise|jump)) "
@@ -1138,8 +1186,8 @@ _PROSE_SPIKE_REV = re.compile(r"(?<![A-Za-z])(?:spikes?|(?:sudden|dramatic|sharp
 
 # "学习率调到 5e-3 后 loss 变成 nan", "with a learning rate of 5e-4": the run's learning rate said in words (a fix cue
 # before it, "降到 2e-5 后正常", makes it the setting that worked instead).
-_PROSE_LR = re.compile(r"(?:learning[ _]rate|(?<![\w-])lr|学习率)\s*(?:is|was|of|at|set to|to|=|:|：|为|是|设为|设置为|设成|"
-                       r"调到|调成|提高到|增大到|改为|改成)\s*(?:(?:代码|脚本|配置|官方)中?的?)?(?:默认的?)?\s*(?P<v>\d+(?:\.\d+)?(?:e-?\d+)?)(?![\w.])", re.IGNORECASE)
+_PROSE_LR = re.compile(r"(?:learning[ _]rate|(?<![\w-])lr|学习率)\s*(?:(?:is|was|of|at|set to|to|=|:|：|为|是|设为|设置为|设成|"
+                       r"调到|调成|提高到|增大到|改为|改成)|(?=\d(?:\.\d+)?e-\d))\s*(?:(?:代码|脚本|配置|官方)中?的?)?(?:默认的?)?\s*(?P<v>\d+(?:\.\d+)?(?:e-?\d+)?)(?![\w.])", re.IGNORECASE)
 # The rest of the clause says that setting worked ("... to 1e-5 and it trains fine", "... 后训练正常").
 _WORKED = re.compile(r"[^\n,，。;；]{0,40}?(?:fine(?![- _]?tun)|normal(?!i[sz])|works?\b|worked|stable|solved|converg\w*|正常|好了|解决|稳定|收敛)",
                      re.IGNORECASE)
@@ -1246,6 +1294,8 @@ def _prose_metric(facts: Facts, name: str, value: str, n: int, s: str, source: s
         return  # "stop training when the loss is NaN", "what happens if the loss becomes 0?": no run reported it
     if start > 0 and _SET_TO.search(s, max(0, start - 24), start):
         return  # "Reset loss to zero on logging": code that sets the value, not a run that reached it
+    if start > 0 and _PREVENTED.search(s, max(0, start - 30), start):
+        return  # "加了梯度裁剪防止 loss 变成 nan": what a change is meant to prevent, not what happened
     name = name.strip("/").lower()
     if name.endswith(("error", "exception", "warning")):
         return  # "ValueError: nan loss detected": the exception's class, not a metric

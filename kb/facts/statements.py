@@ -245,6 +245,9 @@ _NUM_GPUS = re.compile(
     rf"(?<![A-Za-z\d.十百两一二三四五六七八九/-])(\d{{1,3}}|{'|'.join(_NUMBER_WORDS)})[ \t]*(?:个|张|块)?[ \t]*"
     rf"(?:[x×*][ \t]*)?(?:(?:NVIDIA|Nvidia|nvidia)[ \t]+)?(?:(?:{GPU_MODELS})[ \t]*)?"
     rf"(?:(?:GPUs?|NPUs?|cards?|(?:{GPU_MODELS})s?)(?![A-Za-z0-9])|显?卡)", re.IGNORECASE)
+_ACROSS_NODES = re.compile(r"[ \t]{1,3}(?:across|over|on|in(?: total)? (?:across|over|on))[ \t]{1,3}(\d{1,3})[ \t]{1,3}"
+                           r"(?:nodes|machines|hosts|servers)\b", re.IGNORECASE)
+_NODES_THEN_TOTAL = re.compile(r"(?<![\d.])(\d{1,3})[ \t]{0,2}(?:nodes|machines|hosts)[ \t]{0,2}[(（][ \t]{0,2}$", re.IGNORECASE)
 _NODES_CARDS = re.compile(r"(?<![\d.])(\d{1,3}|单|两|二|四|八)[ \t]?机[ \t]?(\d{1,4})[ \t]?卡")
 _NUM_NODES = re.compile(r"(?<![A-Za-z\d.-])(\d{1,4}|two|three|four|eight|sixteen|两|二|三|四|八)[ \t]?(?:nodes\b|machines\b(?= (?:with|each|of))|"
                         r"个节点|台机器|台服务器)", re.IGNORECASE)
@@ -319,6 +322,16 @@ def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
             n = _NUMBER_WORDS.get(word) or (int(word) if word.isdigit() else 0)
             if 1 <= n <= 1024 and not _ALTERNATIVE.match(text, m.end()) \
                     and not _ALTERNATIVE_BEFORE.search(text, max(0, m.start() - 6), m.start()):
+                across = _ACROSS_NODES.match(text, m.end())
+                k = int(across.group(1)) if across else 0
+                nodes_first = _NODES_THEN_TOTAL.search(text, max(0, m.start() - 24), m.start()) if not k else None
+                if nodes_first:  # "2 nodes (16 GPUs)": the total in brackets after the node count
+                    k = int(nodes_first.group(1))
+                    across = nodes_first
+                if k > 1 and n % k == 0:  # "16 GPUs across 2 nodes": num_gpus counts one node's
+                    out.append(Finding("num_nodes", k, _snippet(text, min(m.start(), across.start()),
+                                                                 max(m.end(), across.end())), "prose", m.start()))
+                    n //= k
                 out.append(Finding("num_gpus", n, _snippet(text, m.start(), m.end()), "prose", m.start()))
         for m in hay.gate(GPU_NAME).finditer(text):
             c = _COUNT_AFTER_GPU.match(text, m.end())
