@@ -186,11 +186,26 @@ def paste_lang(text: str) -> str:
         cjk = sum(len(m) for m in _CJK_RUN.findall(words))
         if cjk >= 2 and cjk > 0.25 * (cjk + len(_LATIN_WORD.findall(text))):
             return "zh"
+    # A Chinese title above English machine output ("glm4微调出现nan" and a log): the title is the writer's only
+    # words unless some other line is an English sentence.
+    lines = [line for line in text.splitlines() if line.strip()]
+    if lines and _zh_words(lines[0]) and not any(_EN_SENTENCE.search(line) for line in lines[1:200]):
+        return "zh"
     # a link's letters are nobody's words: "微调过程中loss=nan" above a screenshot's long URL is a Chinese report
     return detect_lang(_URL.sub(" ", text) if "://" in text else text)
 
 
+def _zh_words(line: str) -> bool:
+    """A line whose Chinese characters outweigh its English words (machine tokens left out)."""
+    words = _MACHINE_TOKEN.sub(" ", line)
+    cjk = sum(len(m) for m in _CJK_RUN.findall(words))
+    return cjk >= 2 and cjk > 0.25 * (cjk + len(_LATIN_WORD.findall(words)))
+
+
 _LATIN_WORD = re.compile(r"[A-Za-z]+")
+# An English sentence in prose: six plain words in a row ("the loss goes to nan after a few steps"), not a log line's
+# `key: value` pairs or a traceback frame.
+_EN_SENTENCE = re.compile(r"(?<![\w./-])[A-Za-z]{2,}(?:[ ,]{1,3}[A-Za-z]{1,}(?![\w./-])){5,}")
 # An issue form's bilingual heading or label ("### Bug Description / Bug 描述", "System Info / 系統信息"): the
 # template's words in both languages, not the reporter's.
 _BILINGUAL_LABEL = re.compile(r"^[ \t#*>_-]{0,8}[A-Z][A-Za-z0-9 ()&',.?-]{0,60}[ \t]*/[ \t]*[^/\n=:：，。,]{1,14}$",

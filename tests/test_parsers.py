@@ -1810,6 +1810,18 @@ def test_left_from_the_eighth_round(text, key, value):
     ("- LR 5e-5", "learning_rate", 5e-5),
     ("loss becomes extremely large (around 5e30)", "huge_metrics", ["loss"]),
     ('generate 报错 `inf`, `nan` or element < 0', "errors", ["prob_tensor_invalid"]),
+    # Chinese fine-tuning threads
+    ("loss=nan的情况", "nan_metrics", ["loss"]),
+    ("grad_norm=Nan的情况", "nan_metrics", ["grad_norm"]),
+    ("训练loss逐渐变大", "symptom", ["collapse"]),
+    ("loss不降反增", "symptom", ["collapse"]),
+    ("eval loss逐渐变大", "symptom", None),
+    ("突然loss异常增大，然后接着loss就为0了", "spike_metrics", ["loss"]),
+    ("--model_name_or_path F:\\data\\glm-4-9b-chat --bf16", "model", "F:\\data\\glm-4-9b-chat"),
+    ("GPU: 8 x H100 80GB", "num_gpus", 8),
+    ("GPU：7 个 NVIDIA 3090", "num_gpus", 7),
+    ("Instantiating LlamaForCausalLM model under default dtype torch.bfloat16.", "precision", None),
+    ("python train.py --deepspeed ds_zero2.json, loss nan", "framework", "DeepSpeed"),
 ])
 def test_raw_thread_openings_ninth_round(text, key, value):
     assert values(text).get(key) == value
@@ -1822,6 +1834,15 @@ def test_a_bilingual_issue_form_heading_is_not_the_reporters_language():
     assert paste_lang(form.format("The KL divergence becomes NaN after a few hundred GRPO steps.")) == "en"
     assert paste_lang(form.format("训练几百步之后 KL 变成 NaN。")) == "zh"
     assert paste_lang("loss / 损失 变成 nan 了") == "zh"
+
+
+def test_a_chinese_title_above_an_english_log_is_a_chinese_report():
+    from kb.tokenize import paste_lang
+
+    log = "{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.1}\nTraceback (most recent call last):"
+    assert paste_lang("glm4微调出现nan\n" + log) == "zh"
+    assert paste_lang("微调出现nan\nWhen I train with fp16 the loss becomes nan after a few steps\n" + log) == "en"
+    assert paste_lang("loss nan\n" + log) == "en"
 
 
 def test_a_dpo_loss_stuck_near_ln2_with_zero_margins_is_a_tie():

@@ -34,7 +34,7 @@ _INLINE_KV = re.compile(r"(?<![\w.\-])(?P<k>[A-Za-z_][\w.]*)\s*(?<![=!<>])=(?!=)
                         r"(?P<v>\"[^\"]*\"|'[^']*'|torch\.\w+|\$\{[A-Za-z_]\w*:-[^{}$\s]{1,80}\}|[^\s,()\[\]{}，）（；。、]+)")
 _ADD_ARGUMENT = re.compile(r"add_argument\(\s*['\"]--?(?P<k>[A-Za-z][\w.\-]*)['\"](?:[^)\n]*?\bdefault\s*=\s*"
                            r"(?P<v>\"[^\"\n]*\"|'[^'\n]*'|[^,)\s]+))?")
-_FLAG = re.compile(r"(?<![\w\-])--(?P<k>[A-Za-z][\w.\-]*)(?:[ =](?P<v>(?!--)[^\s\\]+))?")
+_FLAG = re.compile(r"(?<![\w\-])--(?P<k>[A-Za-z][\w.\-]*)(?:[ =](?P<v>(?!--)(?:[^\s\\]|\\(?=\S))+))?")  # (`F:\data\m`)
 _PROSE_KV = re.compile(r"(?<![\w\-{])(?P<k>[A-Za-z]+_[A-Za-z_]+)\s*(?:设置为|设为|为|is|of|set to|[:=])?\s*"
                        r"(?P<v>[A-Za-z0-9][\w.\-]*)")
 _HALF_CALL = re.compile(r"\b(?P<obj>\w*model\w*)\s*(?:=\s*\w+)?\.(?:half\(\)|to\(\s*(?:dtype\s*=\s*)?torch\.(?:float16|half)\s*\))",

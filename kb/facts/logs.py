@@ -27,8 +27,8 @@ from kb.facts.prefilter import Haystack
 _NUM = r"[-+]?(?:\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+)|[-+]?nan(?:\.0)?|[-+]?inf(?:inity)?(?:\.0)?"
 # Keys start at a word boundary (the look-behind), so a long run of word characters is scanned once, not once per
 # position. Keys are ASCII: in "使用bf16訓練總是出現loss': 0.0" the key is "loss", not the Chinese words before it.
-_PAIR = re.compile(r"(?<![A-Za-z0-9_/.\-])['\"]?(?P<k>[A-Za-z_][A-Za-z0-9_/.\-]*)['\"]?\s*[:=]\s*(?:tensor\()?['\"]?(?P<v>" + _NUM + r")(?![\w.])",
-                   re.IGNORECASE)
+_PAIR = re.compile(r"(?<![A-Za-z0-9_/.\-])['\"]?(?P<k>[A-Za-z_][A-Za-z0-9_/.\-]*)['\"]?\s*[:=]\s*(?:tensor\()?['\"]?(?P<v>" + _NUM + r")(?![A-Za-z0-9_.])",
+                   re.IGNORECASE)  # (a Chinese word may follow the value: "loss=nan的情况", "loss=nan了")
 # "step 10 loss 3.2, step 20 loss nan": name and number separated by spaces only; read only when a line has
 # no `k: v` / `k=v` pairs, and only for names that look like metrics (prose like "after 100 iterations" is not).
 _LOOSE_PAIR = re.compile(r"(?<![A-Za-z0-9_./\-])(?P<k>[A-Za-z_][A-Za-z0-9_/.\-]*)\s+(?P<v>" + _NUM + r")(?![\w.])", re.IGNORECASE)

@@ -343,7 +343,9 @@ _SYMPTOM = (
                 r"(?:first\s+)?(?:drops?|dropped|decreas(?:es|ed)|falls?|fell|goes\s+down|went\s+down),?\s+(?:and\s+)?then\s+"
                 r"(?:rises?|rose|increas(?:es|ed)|goes\s+up|went\s+up|climbs?|climbed|shoots?\s+up|shot\s+up))",
                 re.IGNORECASE), "collapse"),
-    (re.compile(r"不降反升|(?:loss|损失|grad_norm|梯度)[^。，,;；\n]{0,12}?越来越(?:大|高)|(?:loss|grad(?:ient)?[_ ]norm)"
+    (re.compile(r"不降反(?:升|增)|(?<!eval )(?<!eval_)(?<!validation )(?<!val_)(?<!验证)(?<!验证集)(?<!测试)"
+                r"(?:loss|损失|grad_norm|梯度)[^。，,;；\n]{0,12}?(?:越来越(?:大|高)|(?:逐渐|持续|不断|一直)"
+                r"(?:变大|增大|上升|升高|增加))|(?:loss|grad(?:ient)?[_ ]norm)"
                 r"[^.;\n]{0,30}?(?:keeps? (?:growing|rising|increasing|climbing)|(?:rose|rises|grew|grows|climb(?:s|ed)?)"
                 r" (?:abnormally|steadily|without bound)|abnormally (?:increas(?:es|ed)|grows|grew|rises|rose|climb(?:s|ed)))|"
                 r"abnormally (?:high|large) (?:loss|grad(?:ient)?[_ ]norm)|"
@@ -579,7 +581,7 @@ _FW_ALIASES = [(name, a) for name in _FW_ORDER for a in (name.lower(), *FRAMEWOR
 _FW_RX = [(name, re.compile(r"(?<!\.)" + _alias_regex(a).pattern, re.IGNORECASE)) for name, a in _FW_ALIASES]
 # Another package whose name holds the word is not the library: sentence-transformers, transformers_stream_generator,
 # transformers-neuronx, deepspeed-mii.
-_FW_RX = [(name, re.compile(r"(?<![\w-])(?:" + rx.pattern + r")(?![-_](?:mii|neuronx|stream))", rx.flags))
+_FW_RX = [(name, re.compile(r"(?<![A-Za-z0-9]-)(?:" + rx.pattern + r")(?![-_](?:mii|neuronx|stream))", rx.flags))
           if name in ("DeepSpeed", "transformers") else (name, rx) for name, rx in _FW_RX]
 # A lowercase word every match of a name regex contains (None: no cheap pre-test), keyed by the regexes as they are
 # finally used (the rewrapped SFT / pretrain patterns and the framework patterns are objects of their own).
@@ -658,6 +660,7 @@ def _empty_field(lines: list[tuple[int, str]], n: int, s: str) -> bool:
 
 
 _UPCAST = re.compile(r"upcast\w*", re.IGNORECASE)
+_DEFAULT_DTYPE = re.compile(r"default dtype[ \t]{1,3}(?:torch\.)?$", re.IGNORECASE)
 _STORED_AFTER = re.compile(r"[ \t-]{0,2}(?:weights?|checkpoints?|quantiz\w*|quantis\w*|model|experts?|moe)\b", re.IGNORECASE)
 # A quantized run (QLoRA, 4-bit) set against its unquantized counterpart, named by "full-precision" + the thing.
 _FULL_PRECISION_OTHER = re.compile(r"[ \t]{1,3}(?:LoRA|model|baseline|weights|counterpart|version|checkpoint)s?\b",
@@ -700,6 +703,8 @@ def _precision_mentions(lines: list[tuple[int, str]], facts: Facts, source: str)
                     continue  # "gpt-oss mxfp4 weights": how the checkpoint is stored, not what the training GEMMs run in
                 if _NEGATED_DTYPE.search(before):
                     continue  # "its default (non-bf16) precision", "非 bf16": not the run's dtype
+                if _DEFAULT_DTYPE.search(s, max(0, cm.start() + m.start() - 30), cm.start() + m.start()):
+                    continue  # LLaMA-Factory's "Instantiating ... under default dtype torch.bfloat16.": the load dtype
                 if d == "fp32" and _UPCAST.search(before):
                     continue  # LLaMA-Factory's "Upcasting trainable params to float32." in every LoRA run
                 if d == "fp32" and fold(m.group(1))[:4] == "full" and _FULL_PRECISION_OTHER.match(clause, m.end()) \
@@ -1156,7 +1161,8 @@ _LIGHTNING = re.compile(r"(?<![\w.\-])(?:(?:bf)?16|32|64)-(?:true|mixed)(?![\w\-
 # "loss 陡增后变为 0", "the loss suddenly shot up", "grad_norm spikes": a metric that jumped, said in words.
 _NO_BEFORE = re.compile(r"(?:\b(?:no|without|not any|never a)\s+|没有\s*)$", re.IGNORECASE)
 _PROSE_SPIKE = re.compile(r"(?<![A-Za-z0-9_/])(?P<m>" + _METRIC_NAME + r"|梯度|损失)(?P<gap>[^\n,，。.;；]{0,40}?)(?:先)?"
-                          r"(?:陡增|突增|骤增|骤升|剧增|暴涨|飙升|激增|猛增|突刺|爆炸|急剧(?:上升|增加|增大|升高)|大幅(?:上升|增加)|突然(?:增大|变大|上升|升高)|jump(?:s|ed)? (?:up|sharply)|sho(?:ot|ots|t) up|"
+                          r"(?:陡增|突增|骤增|骤升|剧增|暴涨|飙升|激增|猛增|突刺|爆炸|急剧(?:上升|增加|增大|升高)|大幅(?:上升|增加)|"
+                          r"异常(?:增大|变大|升高|上升)|突然(?:增大|变大|上升|升高)|jump(?:s|ed)? (?:up|sharply)|sho(?:ot|ots|t) up|"
                           # "the loss dramatically rises after an update", "loss rose sharply"
                           r"(?:dramatically|sharply|suddenly|rapidly) (?:rises|rose|increase[sd]|jump(?:s|ed))|"
                           r"(?:rises|rose|increase[sd]|jump(?:s|ed)) (?:dramatically|sharply|steeply)|steep(?:ly)? ris(?:e|es|ing)\b|"

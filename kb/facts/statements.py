@@ -257,7 +257,7 @@ _COUNT_AFTER_GPU = re.compile(r"[ \t]{0,3}(?:\d{2,3}[ \t]?G[Bb]?)?[ \t]{0,3}[*x�
 # A count right before a card: "One 4090", "2张4090", "两张3090", "8*4090", "单张4090", "单卡A100" (not "与单卡", nor
 # "两台 4090 机器": 台 counts machines).
 _COUNT_BEFORE_CARD = re.compile(r"(?:(?<![A-Za-z])(one|two|four|eight|single|an?) |(?<![\d.])(\d{1,3}|[一两二三四五六七八])[ \t]?"
-                                r"[张块][ \t]?|(?<![\d.])(\d{1,3})[ \t]?[*×xX][ \t]?|(?<![与和跟比同])(单)[张块卡]?[ \t]?)$",
+                                r"[张块个][ \t]?(?:NVIDIA[ \t])?|(?<![\d.])(\d{1,3})[ \t]?[*×xX][ \t]?|(?<![与和跟比同])(单)[张块卡]?[ \t]?)$",
                                 re.IGNORECASE)
 _NUMBER_WORDS_BEFORE = {"单": 1, "a": 1, "an": 1}  # "单卡A100", "training nanoGPT on an A100 GPU"
 _NODES_TIMES_BEFORE_GPU = re.compile(r"(?<![\d.])(\d{1,2})[ \t]?[xX×*][ \t]?(\d{1,2})[ \t]?$")
@@ -337,7 +337,7 @@ def _prose_facts(text: str, recommendation: bool) -> list[Finding]:
             c = _COUNT_AFTER_GPU.match(text, m.end())
             if c:  # "A800  80G *8 的机器"
                 out.append(Finding("num_gpus", int(c.group(1)), _snippet(text, m.start(), c.end()), "prose", m.start()))
-            c = _COUNT_BEFORE_CARD.search(text, max(0, m.start() - 7), m.start())
+            c = _COUNT_BEFORE_CARD.search(text, max(0, m.start() - 14), m.start())
             if c:  # "One 4090, axolotl", "2张4090", "单卡A100训练": the card counted right before its name
                 word = fold(next(g for g in c.groups() if g))
                 n = _NUMBER_WORDS.get(word) or _NUMBER_WORDS_BEFORE.get(word) or (int(word) if word.isdigit() else 0)
@@ -520,8 +520,9 @@ def extract(lines: list[tuple[int, str]], facts: Facts, source: str) -> None:
             continue  # "it's not a V100, it's an A100"; "之前在 V100 上跑正常，换到 A100 后 loss nan"
         i = bisect.bisect_right(starts, f.pos) - 1
         line = lines[i][1] if i >= 0 else ""
-        if f.how != "label" and f.key != "gpu" and _SETTING_LINE.search(line):
-            continue  # kb.facts.configs reads a command or config line's settings (a GPU is none of them)
+        if f.how != "label" and f.key != "gpu" and _SETTING_LINE.search(line) \
+                and not (f.key == "num_gpus" and GPU_NAME.search(f.snippet)):
+            continue  # kb.facts.configs reads a command or config line's settings (a GPU and its count are none)
         if said_as_fix(text, f.pos, _end_of(text, f.pos, f.snippet)):
             continue  # "changed it to torch_dtype=fp32", "eager made training work": the fix, not the failing run
         facts.set(f.key, f.value, "text", lines[i][0] if i >= 0 else None, f.snippet, source)
