@@ -413,3 +413,24 @@ def test_a_release_said_to_matter_counts_for_the_framework_defect_route(text, re
 ])
 def test_generation_inside_an_rl_run_is_training(text, inference):
     assert learned.inference_only(text) is inference
+
+
+def test_a_training_loss_read_as_nan_keeps_the_best_in_scope_cause_first():
+    """The ranker's "out of scope" does not overrule a training loss or gradient norm the paste shows going NaN
+    (a Chinese pretraining report with a script's argparse block was sent out of scope in the ninth round); an
+    evaluation loss, or an out-of-scope error beside it, leaves the ranker's order as it is."""
+    from kb.diagnose import learned
+    from kb.facts import extract_facts
+
+    labels = [learned.OUT_OF_SCOPE, "framework-bug", "lr-too-high"]
+    probs = np.array([0.57, 0.19, 0.10])
+
+    def first(text: str) -> str:
+        view = learned.QueryView(facts=extract_facts(text), category_scores={}, fired=set(), engine_top=None,
+                                 sims=np.zeros(0))
+        return labels[learned.ranked(view, probs, labels)[0]]
+
+    assert first("pretraining loss becomes nan in epoch 6") == "framework-bug"
+    assert first("{'loss': 2.1, 'grad_norm': nan, 'epoch': 6.0}") == "framework-bug"
+    assert first("eval_loss: nan") == learned.OUT_OF_SCOPE
+    assert first("loss nan\ntorch.cuda.OutOfMemoryError: CUDA out of memory.") == learned.OUT_OF_SCOPE

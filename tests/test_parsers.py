@@ -1822,6 +1822,8 @@ def test_left_from_the_eighth_round(text, key, value):
     ("GPU：7 个 NVIDIA 3090", "num_gpus", 7),
     ("Instantiating LlamaForCausalLM model under default dtype torch.bfloat16.", "precision", None),
     ("python train.py --deepspeed ds_zero2.json, loss nan", "framework", "DeepSpeed"),
+    ("loss在第1000步变成nan", "first_bad_step", 1000),
+    ("grad_norm在第500步变成NaN", "first_bad_step", 500),
 ])
 def test_raw_thread_openings_ninth_round(text, key, value):
     assert values(text).get(key) == value

@@ -24,7 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
-from kb.canonical import FRAMEWORKS, KERNEL_WORD, NAMES_THAT_ARE_WORDS, OUT_OF_SCOPE_ERRORS
+from kb.canonical import (
+    FRAMEWORKS,
+    KERNEL_WORD,
+    NAMES_THAT_ARE_WORDS,
+    OUT_OF_SCOPE_ERRORS,
+    is_grad_norm,
+    is_loss_like,
+)
 from kb.cases import Case
 from kb.facts import Facts
 from kb.facts.logs import env_facts
@@ -778,8 +785,26 @@ def ranked(view: QueryView, probs: np.ndarray, labels: Sequence[str], text: str 
     if possible and rules >= best_in and (rules >= RULES_CONFIDENT or (unsure and rules >= RULES_WHEN_UNSURE)):
         i = list(labels).index(top)
         order = [i, *[j for j in order if j != i]]
+    if labels[order[0]] == OUT_OF_SCOPE and training_went_nan(view.facts):
+        # A training loss or gradient norm the paste shows going NaN / inf is what kb is for: the ranker's "out of
+        # scope" (a paste that reads like code, out-of-scope neighbours) does not overrule it; the best in-scope
+        # cause leads, with its own (low) probability and the questions that would settle it.
+        first_in = next((j for j in order if labels[j] != OUT_OF_SCOPE and not ruled_out(labels[j], view.facts)), None)
+        if first_in is not None:
+            order = [first_in, *[j for j in order if j != first_in]]
     out = [j for j in order if not ruled_out(labels[j], view.facts)]
     return out + [j for j in order if j not in out]
+
+
+_EVAL_METRIC = re.compile(r"^(?:eval|val|valid|validation|test)[_/]", re.IGNORECASE)
+
+
+def training_went_nan(facts: Facts) -> bool:
+    """A training loss or gradient norm read as NaN / inf, with no out-of-scope error (OOM, install, crash) beside it."""
+    if set(facts.value("errors", [])) & OUT_OF_SCOPE_ERRORS:
+        return False
+    return any((is_loss_like(m) or is_grad_norm(m)) and not _EVAL_METRIC.match(m)
+               for m in facts.value("nan_metrics", []) or [])
 
 
 def shown_probabilities(view: QueryView, probs: np.ndarray, labels: Sequence[str], order: Sequence[int],

@@ -214,7 +214,9 @@ _AT_STEP = re.compile(r"\b(?:(?:at|from|since|starting (?:at|from)|on|after|arou
                       r"\b(?:around|about|roughly|approximately|~) ?(\d{1,7}) (?:steps|iterations|iters) in\b|"
                       r"\b(?:on|at|in) the (second|third|2nd|3rd) (?:training )?(?:step|iteration)\b|"
                       r"从?第\s*(\d{1,7}|[一二三四五六七八九十两]{1,3})\s*(?:步|个\s*step|次迭代)\s*(?:开始|起|就|时|后|之后|以后|及以后|"
-                      r"[,，]?\s*(?=loss|grad|梯度|损失))|"
+                      r"[,，]?\s*(?=loss|grad|梯度|损失)|"
+                      # "loss在第1000步变成nan": the step, then the bad value
+                      r"(?=(?:变成|变为|出现|突然|直接|就)?\s*(?:nan|inf|0(?![\d.]))))|"
                       r"(?<![A-Za-z])step\s*(\d{1,7})\s*(?:时|的时候|之后|以后|后)|"
                       r"在\s*(\d{1,7})\s*个?\s*(?:step|步|iter)s?\s*(?:之后|以后|后)|"
                       r"(?:训练|跑)了?\s*(\d{1,7})\s*[多余]?\s*(?:步|个\s*steps?|次迭代)\s*(?:之后|以后|后)|"
