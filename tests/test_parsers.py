@@ -1820,6 +1820,7 @@ def test_left_from_the_eighth_round(text, key, value):
     ("--model_name_or_path F:\\data\\glm-4-9b-chat --bf16", "model", "F:\\data\\glm-4-9b-chat"),
     ("GPU: 8 x H100 80GB", "num_gpus", 8),
     ("GPU：7 个 NVIDIA 3090", "num_gpus", 7),
+    ("machine: 8 A100", "num_gpus", 8),
     ("Instantiating LlamaForCausalLM model under default dtype torch.bfloat16.", "precision", None),
     ("python train.py --deepspeed ds_zero2.json, loss nan", "framework", "DeepSpeed"),
     ("loss在第1000步变成nan", "first_bad_step", 1000),
