@@ -387,12 +387,12 @@ _NOT_AN_OPTIMIZER = frozenset({"not", "none", "null", "nil", "the", "a", "an", "
 
 def canonical(raw_key: str, value: Any) -> tuple[str, Any] | None:
     """(canonical key, normalised value) or None when the key is unknown or the value unusable."""
-    if _clean_key(raw_key) in FP8_SWITCHES:
-        # Megatron / TransformerEngine / NeMo: `--fp8-format hybrid`, `--fp8-hybrid`, `fp8: e4m3` (a switch set off,
-        # `fp8: null` / `False`, says nothing)
-        said = str(value).strip().strip("'\"").lower()
-        on = parse_bool(value) is True or said in FP8_FORMATS
-        return ("precision", "fp8") if on else None
+    for dtype, switches, formats in (("fp8", FP8_SWITCHES, FP8_FORMATS), ("fp4", FP4_SWITCHES, FP4_FORMATS)):
+        if _clean_key(raw_key) in switches:
+            # Megatron / TransformerEngine / NeMo: `--fp8-format hybrid`, `--fp8-hybrid`, `fp8: e4m3`, `--fp4-format
+            # nvfp4` (a switch set off, `fp8: null` / `False`, says nothing)
+            said = str(value).strip().strip("'\"").lower()
+            return ("precision", dtype) if parse_bool(value) is True or said in formats else None
     if _clean_key(raw_key) in RECOMPUTE_MODES:
         # Megatron's `--recompute-granularity full`, torchtitan's `activation_checkpoint.mode: selective`: a mode
         # word switches activation checkpointing on, `none` / `off` off
@@ -400,9 +400,6 @@ def canonical(raw_key: str, value: Any) -> tuple[str, Any] | None:
         if said in ("full", "selective", "op", "layer", "uniform", "block") or parse_bool(value) is True:
             return ("gradient_checkpointing", True)
         return ("gradient_checkpointing", False) if said in ("none", "off", "false", "no") else None
-    if _clean_key(raw_key) in FP4_SWITCHES:
-        said = str(value).strip().strip("'\"").lower()
-        return ("precision", "fp4") if parse_bool(value) is True or said in FP4_FORMATS else None
     flag = PRECISION_FLAGS.get(_clean_key(raw_key))
     if flag is not None:
         # `fp16: false` says nothing about what is used; `fp16: auto` leaves it to another file.
@@ -718,6 +715,10 @@ SAID_FINE = (r"\bno (?:nan|inf|problem)\b|\bfine(?![- _]?tun)\b|\bworks?\b|\bwor
              r"正常|没问题")
 WENT_BAD = re.compile(r"(?<![A-Za-z])(?:nan|inf)(?![A-Za-z])|diverg|explod|spik|grow|collaps|overflow|blow|"
                       r"发散|爆炸|溢出|不降|异常|报错|error|fail|crash", re.IGNORECASE)
+
+# A contrast inside one clause, no comma needed ("fp16 works well but bf16 loss is nan", "fp16 训练正常，但是 bf16 ..."):
+# where one setting's or metric's verdict ends and another's begins.
+CONTRAST = r"\s(?:but|however|whereas)\s|但是?|可是|然而"
 
 # Words just before a name that deny it is the run's: "it's not a V100", "不是 A100".
 DENIED_BEFORE = re.compile(r"(?:\bnot (?:a|an|on|the|on an?)|\bisn'?t (?:a|an)|不是|并非|而不是|并不是)\s*$", re.IGNORECASE)

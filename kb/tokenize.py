@@ -181,11 +181,8 @@ def paste_lang(text: str) -> str:
         return "zh"
     # A short question counts English terms as words, not letters: "用 Qwen2.5-7B-Instruct 做 DPO，loss 变成 nan" has
     # 4 Chinese characters against 23 letters, but they are 4 against 6 words, and its writer reads Chinese.
-    if len(text) <= 300:
-        words = _MACHINE_TOKEN.sub(" ", text)  # a path's or a quoted string's Chinese is data, not the writer's
-        cjk = sum(len(m) for m in _CJK_RUN.findall(words))
-        if cjk >= 2 and cjk > 0.25 * (cjk + len(_LATIN_WORD.findall(text))):
-            return "zh"
+    if len(text) <= 300 and _zh_words(text):
+        return "zh"
     # A Chinese title above English machine output ("glm4微调出现nan" and a log): the title is the writer's only
     # words unless some other line is an English sentence.
     lines = [line for line in text.splitlines() if line.strip()]
@@ -195,11 +192,11 @@ def paste_lang(text: str) -> str:
     return detect_lang(_URL.sub(" ", text) if "://" in text else text)
 
 
-def _zh_words(line: str) -> bool:
-    """A line whose Chinese characters outweigh its English words (machine tokens left out)."""
-    words = _MACHINE_TOKEN.sub(" ", line)
-    cjk = sum(len(m) for m in _CJK_RUN.findall(words))
-    return cjk >= 2 and cjk > 0.25 * (cjk + len(_LATIN_WORD.findall(words)))
+def _zh_words(text: str) -> bool:
+    """Chinese characters outweigh the English words: a path's or a quoted string's Chinese is data, not the
+    writer's, so machine tokens lend no characters (their letters still count as words)."""
+    cjk = sum(len(m) for m in _CJK_RUN.findall(_MACHINE_TOKEN.sub(" ", text)))
+    return cjk >= 2 and cjk > 0.25 * (cjk + len(_LATIN_WORD.findall(text)))
 
 
 _LATIN_WORD = re.compile(r"[A-Za-z]+")

@@ -25,11 +25,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kb.canonical import GPU_NAME, canonical_algorithm
+from kb.canonical import DTYPE_OF_WORD, GPU_NAME, canonical_algorithm
 from kb.cases import load_cases
 from kb.diagnose.engine import collect_facts
 
-PRECISIONS = ("fp16", "bf16", "fp32", "fp8", "fp4")
+PRECISIONS = tuple(sorted(set(DTYPE_OF_WORD.values())))  # fp16 bf16 fp32 fp8 fp4: what a precision can be
 # Values a trigger or a question can use; anything else read for these keys is noise.
 VOCABULARY = {
     "attn_implementation": {"flash_attention_2", "flash_attention_3", "sdpa", "eager", "triton", "xformers",

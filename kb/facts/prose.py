@@ -8,6 +8,7 @@ import re
 
 from kb.canonical import (
     ALGORITHMS,
+    CONTRAST,
     DTYPE_OF_WORD,
     DTYPE_WORD,
     FIX_CUE,
@@ -670,8 +671,7 @@ _FULL_PRECISION_OTHER = re.compile(r"[ \t]{1,3}(?:LoRA|model|baseline|weights|co
 _QUANTIZED = re.compile(r"qlora|(?<![A-Za-z0-9])(?:4|8)[- ]?bit|\bnf4\b|\bint[48]\b|bitsandbytes", re.IGNORECASE)
 
 
-# A contrast inside one clause, no comma needed: "fp16 works well but bf16 loss is nan" gives each dtype its own verdict.
-_CONTRAST = re.compile(r"\s(?:but|however|whereas)\s|但是?|可是|然而", re.IGNORECASE)
+_CONTRAST = re.compile(CONTRAST, re.IGNORECASE)  # each dtype its own verdict
 
 
 def _part_of(clause: str, start: int, end: int) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kb.canonical import (
+    CONTRAST,
     DENIED_BEFORE,
     GPU_MODELS,
     GPU_NAME,
@@ -490,7 +491,7 @@ _SETTING_LINE = re.compile(r"^\s*(?:[-*]\s+)?[\"']?[A-Za-z_][\w.\-]*[\"']?\s*[:=
 _PART_END = re.compile(r"[,，;；。.!?！？\n]")
 _FINE = re.compile(SAID_FINE, re.IGNORECASE)
 # Where the verdict on a setting ends: a clause mark or a contrast ("..., but", "但").
-_VERDICT_END = re.compile(r"[,，.。;；\n]|\sbut\s|\showever\s|但|可是|然而", re.IGNORECASE)
+_VERDICT_END = re.compile(r"[,，.。;；\n]|" + CONTRAST, re.IGNORECASE)
 
 
 def _ran_fine(text: str, pos: int) -> bool:
